@@ -1,0 +1,71 @@
+"""Compose the config from conf/ and Hydra overrides into a validated Config object."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from hpcdl.config import Config, DataConfig, ModelConfig, TrainingOptions
+from hpcdl.errors import ConfigError
+from hpcdl.options import unknown_key_message
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "training": TrainingOptions, "": Config}
+
+
+def register_configs() -> None:
+    """Put the root schema into Hydra's ConfigStore (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="hpcdl_schema", node=Config)
+
+
+def _unknown_key(error: BaseException) -> Optional[str]:
+    """A clear message when ``error`` (or its cause) is OmegaConf's unknown-key error."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    while error is not None:
+        if isinstance(error, (ConfigAttributeError, ConfigKeyError)) and getattr(error, "full_key", None):
+            *parents, key = str(error.full_key).split(".")
+            section = SECTIONS.get(".".join(parents))
+            if section is not None:
+                names = [f.name for f in dataclasses.fields(section)]
+                return unknown_key_message(".".join(parents) or "config", key, names)
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def compose_config(overrides: Sequence[str] = (), config_dir: Path = CONF_DIR) -> Config:
+    """Compose ``config.yaml`` with ``overrides`` and validate every section; ConfigError if bad."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    register_configs()
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            composed = compose("config", overrides=list(overrides))
+        return OmegaConf.to_object(composed)  # runs every section's __post_init__ checks
+    except ConfigError:
+        raise
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        inner = e.__cause__ if isinstance(e.__cause__, ConfigError) else None
+        if inner is not None:
+            raise inner from e
+        raise ConfigError(_unknown_key(e) or _describe(e)) from e
+
+
+def _describe(error: BaseException) -> str:
+    """Hydra's message with the first line of its cause (which names the bad value)."""
+    message = str(error).strip()
+    cause = error.__cause__
+    if cause is not None and str(cause).strip() and str(cause).strip() not in message:
+        message += ": " + str(cause).strip().splitlines()[0]
+    return message
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """A plain, JSON-ready dict of a Config (or any section)."""
+    return dataclasses.asdict(config)

@@ -1,0 +1,214 @@
+"""The typed config tree: training options, model and data sections, the root config.
+
+Each section is a keyword-only dataclass (see ``hpcdl.options``) registered in
+Hydra's ConfigStore, so the same class is a Python argument and a config group.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import field
+from typing import List, Optional
+
+from hpcdl.errors import ConfigError
+from hpcdl.models import MODELS
+from hpcdl.options import check_types, options, require, require_choice
+
+SOLVERS = ("sgdm", "adam", "rmsprop")
+SCHEDULES = ("none", "piecewise", "cosine")
+CLIPPING = ("none", "norm", "value")
+SHUFFLES = ("once", "every-epoch", "never")
+EXECUTION_ENVIRONMENTS = ("auto", "cpu", "gpu", "multi-gpu", "parallel")
+PRECISIONS = ("float32", "bf16", "fp16")
+LOSSES = ("crossentropy", "mse")
+OUTPUT_NETWORKS = ("last-iteration", "best-validation-loss")
+PLOTS = ("none", "training-progress")
+FREQUENCY_UNITS = ("epoch", "iteration")
+
+DEFAULT_LEARN_RATE = {"sgdm": 0.01, "adam": 0.001, "rmsprop": 0.001}
+DEFAULT_SQUARED_GRADIENT_DECAY = {"sgdm": 0.0, "adam": 0.999, "rmsprop": 0.9}
+
+
+@options("training")
+class TrainingOptions:
+    """How to train: MATLAB's trainingOptions, field by field, in snake_case."""
+
+    solver: str = "sgdm"
+    """Optimizer: sgdm (SGD with momentum), adam or rmsprop."""
+    initial_learn_rate: Optional[float] = None
+    """Learning rate at iteration 0; null takes the solver's default (sgdm 0.01, adam/rmsprop 0.001)."""
+    momentum: float = 0.9
+    """sgdm only: contribution of the previous step, in [0, 1)."""
+    gradient_decay_factor: float = 0.9
+    """adam only: decay of the gradient moving average (beta1), in [0, 1)."""
+    squared_gradient_decay_factor: Optional[float] = None
+    """adam/rmsprop: decay of the squared-gradient average; null: adam 0.999, rmsprop 0.9."""
+    epsilon: float = 1e-8
+    """adam/rmsprop denominator offset, > 0."""
+    l2_regularization: float = 1e-4
+    """Weight of the L2 penalty added to the gradients (weight decay), >= 0."""
+    learn_rate_schedule: str = "none"
+    """none, piecewise (multiply by learn_rate_drop_factor every learn_rate_drop_period epochs) or cosine."""
+    learn_rate_drop_factor: float = 0.1
+    """piecewise: factor applied at each drop, in [0, 1]."""
+    learn_rate_drop_period: int = 10
+    """piecewise: epochs between drops, >= 1."""
+    warmup_iterations: int = 0
+    """Linear warm-up from 0 to the scheduled rate over this many iterations, >= 0."""
+    gradient_clip: str = "none"
+    """none, norm (rescale when the global L2 norm exceeds gradient_threshold) or value (clamp each entry)."""
+    gradient_threshold: Optional[float] = None
+    """Clipping threshold, > 0; required when gradient_clip is not none."""
+    max_epochs: int = 30
+    """Passes over the training data, >= 1."""
+    mini_batch_size: int = 128
+    """Observations per iteration, >= 1."""
+    shuffle: str = "once"
+    """once (before training), every-epoch or never."""
+    loss: str = "crossentropy"
+    """crossentropy (classification, reports accuracy) or mse (regression)."""
+    validation_frequency: int = 50
+    """Iterations between validations, >= 1."""
+    validation_patience: Optional[int] = None
+    """Stop after this many validations without a lower validation loss; null never stops early."""
+    output_network: str = "last-iteration"
+    """Which weights train_network returns: last-iteration or best-validation-loss."""
+    verbose: bool = True
+    """Print the progress table on stdout."""
+    verbose_frequency: int = 50
+    """Iterations between table rows, >= 1."""
+    plots: str = "none"
+    """training-progress writes training-progress.png into output_dir (needed then) as training goes."""
+    output_dir: Optional[str] = None
+    """Folder for metrics.jsonl and the progress plot; null writes no files."""
+    checkpoint_path: Optional[str] = None
+    """Folder for checkpoints; training resumes from the newest complete one found there."""
+    checkpoint_frequency: int = 1
+    """Checkpoint every this many checkpoint_frequency_unit, >= 1."""
+    checkpoint_frequency_unit: str = "epoch"
+    """epoch or iteration."""
+    execution_environment: str = "auto"
+    """auto (a GPU when one is usable, else the CPU), cpu, gpu, multi-gpu or parallel."""
+    gpus: Optional[List[int]] = None
+    """GPU indices to use, counted from 0 (MATLAB counts from 1); null: the first visible GPU."""
+    precision: str = "float32"
+    """float32 (as MATLAB), or bf16 / fp16 mixed precision (autocast)."""
+    channels_last: bool = False
+    """Use the channels-last memory format for 4-D inputs and the model."""
+    compile: bool = False
+    """Compile the model with torch.compile."""
+    seed: Optional[int] = 0
+    """Seed for weights, shuffling and dropout; null leaves the generators unseeded."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        for name, allowed in (
+            ("solver", SOLVERS),
+            ("learn_rate_schedule", SCHEDULES),
+            ("gradient_clip", CLIPPING),
+            ("shuffle", SHUFFLES),
+            ("loss", LOSSES),
+            ("output_network", OUTPUT_NETWORKS),
+            ("plots", PLOTS),
+            ("checkpoint_frequency_unit", FREQUENCY_UNITS),
+            ("execution_environment", EXECUTION_ENVIRONMENTS),
+            ("precision", PRECISIONS),
+        ):
+            require_choice(self, name, allowed)
+        for name in ("max_epochs", "mini_batch_size", "validation_frequency", "verbose_frequency",
+                     "checkpoint_frequency", "learn_rate_drop_period"):
+            require(self, name, getattr(self, name) >= 1, "a positive integer")
+        lr = self.initial_learn_rate
+        require(self, "initial_learn_rate", lr is None or (lr > 0 and math.isfinite(lr)),
+                "a positive finite number or null")
+        require(self, "momentum", 0 <= self.momentum < 1, "in [0, 1)")
+        require(self, "gradient_decay_factor", 0 <= self.gradient_decay_factor < 1, "in [0, 1)")
+        sq = self.squared_gradient_decay_factor
+        require(self, "squared_gradient_decay_factor", sq is None or 0 <= sq < 1, "in [0, 1) or null")
+        require(self, "epsilon", self.epsilon > 0, "> 0")
+        require(self, "l2_regularization", self.l2_regularization >= 0, ">= 0")
+        require(self, "learn_rate_drop_factor", 0 <= self.learn_rate_drop_factor <= 1, "in [0, 1]")
+        require(self, "warmup_iterations", self.warmup_iterations >= 0, ">= 0")
+        threshold = self.gradient_threshold
+        require(self, "gradient_threshold", threshold is None or threshold > 0, "> 0 or null")
+        if self.gradient_clip != "none" and threshold is None:
+            raise ConfigError(
+                f"training.gradient_threshold: required when training.gradient_clip={self.gradient_clip}"
+            )
+        patience = self.validation_patience
+        require(self, "validation_patience", patience is None or patience >= 1, "a positive integer or null")
+        if self.gpus is not None:
+            require(self, "gpus", len(self.gpus) > 0 and min(self.gpus) >= 0, "a non-empty list of indices >= 0")
+            require(self, "gpus", len(set(self.gpus)) == len(self.gpus), "a list without repeats")
+            if self.execution_environment == "cpu":
+                raise ConfigError("training.gpus: set, but training.execution_environment=cpu uses no GPU")
+
+    @property
+    def learn_rate(self) -> float:
+        """The initial learning rate, with the solver's default filled in."""
+        return self.initial_learn_rate if self.initial_learn_rate is not None else DEFAULT_LEARN_RATE[self.solver]
+
+
+@options("model")
+class ModelConfig:
+    """Which built-in network to train (see ``hpcdl.models``)."""
+
+    name: str = "small_cnn"
+    """A network of hpcdl.models.MODELS: small_cnn, mlp, resnet18, resnet50."""
+    width: int = 16
+    """Channels of the first convolution (hidden units for mlp), >= 1."""
+    dropout: float = 0.0
+    """Dropout probability before the classifier, in [0, 1)."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        require_choice(self, "name", MODELS)
+        require(self, "width", self.width >= 1, "a positive integer")
+        require(self, "dropout", 0 <= self.dropout < 1, "in [0, 1)")
+
+
+@options("data")
+class DataConfig:
+    """Which images to train on and how to split them."""
+
+    name: str = "digits"
+    """digits (scikit-learn's 8x8 digits, written once as PNG files under root) or folder (class folders)."""
+    root: Optional[str] = None
+    """Folder of class folders; for digits, where the PNGs are written (default ~/.cache/hpcdl/digits)."""
+    validation_fraction: float = 0.2
+    """Share of each label held out for validation, in [0, 1)."""
+    image_size: Optional[List[int]] = None
+    """Resize every image to [height, width]; null keeps the files' size."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        require_choice(self, "name", ("digits", "folder"))
+        require(self, "validation_fraction", 0 <= self.validation_fraction < 1, "in [0, 1)")
+        if self.name == "folder" and self.root is None:
+            raise ConfigError("data.root: required when data.name=folder")
+        size = self.image_size
+        require(self, "image_size", size is None or (len(size) == 2 and min(size) >= 1),
+                "[height, width] of positive integers or null")
+
+
+@options("config")
+class Config:
+    """The root of a composed config: what to train, on what data, how."""
+
+    name: str = "train"
+    """Job name: shown in listings and used in folder names."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The network (config group model/)."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """The images (config group data/)."""
+    training: TrainingOptions = field(default_factory=TrainingOptions)
+    """How to train (config group training/)."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        require(self, "name", bool(self.name.strip()) and "\n" not in self.name, "a non-empty single line")
+        if self.training.validation_patience is not None and self.data.validation_fraction == 0:
+            raise ConfigError("training.validation_patience: set, but data.validation_fraction=0 "
+                              "leaves no validation data")
+        if self.training.output_network == "best-validation-loss" and self.data.validation_fraction == 0:
+            raise ConfigError("training.output_network=best-validation-loss: needs data.validation_fraction > 0")

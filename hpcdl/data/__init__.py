@@ -1,0 +1,1 @@
+"""Datastores and batching: what the trainer reads its observations from."""

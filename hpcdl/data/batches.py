@@ -1,0 +1,62 @@
+"""Mini-batches from a dataset or a pair of tensors, in a given order, onto a device."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Optional, Sequence
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from hpcdl.errors import ConfigError
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+class TensorPair(Dataset):
+    """Observations ``x[i]`` with responses ``y[i]``, indexed in whole batches without a loader."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, classes: Optional[Sequence[str]] = None) -> None:
+        if len(x) != len(y):
+            raise ConfigError(f"data: {len(x)} observations but {len(y)} responses")
+        self.x, self.y = x, y
+        if classes is not None:
+            self.classes = list(classes)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, index: int) -> Batch:
+        return self.x[index], self.y[index]
+
+
+def as_dataset(data: Any, what: str = "data") -> Dataset:
+    """Accept a Dataset of (x, y) or an (x, y) pair of tensors; reject anything else clearly."""
+    if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
+        return TensorPair(*data)
+    if isinstance(data, Dataset) and hasattr(data, "__len__"):
+        if len(data) == 0:
+            raise ConfigError(f"{what}: holds no observations")
+        return data
+    raise ConfigError(f"{what}: expected a torch Dataset of (input, response) or an (x, y) tensor pair, "
+                      f"got {type(data).__name__}")
+
+
+def classes_of(data: Any) -> Optional[list[str]]:
+    """The class names a dataset carries (``.classes``), if any."""
+    classes = getattr(data, "classes", None)
+    return list(classes) if classes is not None else None
+
+
+def iterate_batches(data: Dataset, order: torch.Tensor, batch_size: int, device: torch.device,
+                    memory_format: torch.memory_format = torch.contiguous_format) -> Iterator[Batch]:
+    """Yield (x, y) batches of ``batch_size`` over ``order`` (the last one may be short), on ``device``."""
+    pin = device.type == "cuda"
+    if isinstance(data, TensorPair):
+        chunks = ((data.x[i], data.y[i]) for i in order.split(batch_size))
+    else:
+        batch_sampler = [chunk.tolist() for chunk in order.split(batch_size)]
+        chunks = iter(DataLoader(data, batch_sampler=batch_sampler, pin_memory=pin))
+    for x, y in chunks:
+        if x.ndim == 4 and memory_format is not torch.contiguous_format:
+            x = x.contiguous(memory_format=memory_format)
+        yield x.to(device, non_blocking=pin), y.to(device, non_blocking=pin)

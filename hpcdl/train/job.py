@@ -1,0 +1,86 @@
+"""A built-in training run: data and network from the config, results written into one folder.
+
+The folder holds model.pt (a state dict that loads with weights_only=True),
+info.json (every record), result.json (the summary), metrics.jsonl and the
+progress plot. ``load_result`` reads them back without unpickling anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from hpcdl.atomic import atomic_save, atomic_write_text
+from hpcdl.compose import config_to_dict
+from hpcdl.config import Config, ModelConfig
+from hpcdl.data.digits import digits_folder
+from hpcdl.data.images import ImageDatastore
+from hpcdl.models import build_model
+from hpcdl.train.loop import seed_everything, train_network
+from hpcdl.train.progress import TrainingInfo
+
+MODEL_FILE, INFO_FILE, RESULT_FILE = "model.pt", "info.json", "result.json"
+
+
+def open_datastore(config: Config) -> ImageDatastore:
+    """The image datastore the data section names."""
+    root = digits_folder(config.data.root) if config.data.name == "digits" else config.data.root
+    return ImageDatastore(root, image_size=config.data.image_size)
+
+
+def network_shape(data: ImageDatastore) -> dict[str, Any]:
+    """What a network needs to know of the data: channels, classes, image size."""
+    height, width = data[0][0].shape[-2:]
+    return {"in_channels": data.channels, "num_classes": len(data.classes), "image_size": [height, width]}
+
+
+def network_for(model: ModelConfig, shape: dict[str, Any]) -> nn.Module:
+    """The configured network for inputs and outputs of ``shape``."""
+    return build_model(model.name, in_channels=shape["in_channels"], num_classes=shape["num_classes"],
+                       width=model.width, dropout=model.dropout, image_size=tuple(shape["image_size"]))
+
+
+def run_training(config: Config, folder: str | Path) -> dict[str, Any]:
+    """Train as ``config`` says, write every result into ``folder``, return the summary."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    options = dataclasses.replace(
+        config.training,
+        output_dir=config.training.output_dir or str(folder),
+        checkpoint_path=config.training.checkpoint_path or str(folder / "checkpoints"),
+    )
+    store = open_datastore(config)
+    train_set, validation_set = store.split(config.data.validation_fraction, seed=options.seed or 0)
+    seed_everything(options.seed)
+    shape = network_shape(store)
+    model = network_for(config.model, shape)
+    model, info = train_network(train_set, model, options,
+                                validation_data=validation_set if len(validation_set) else None)
+    atomic_save(folder / MODEL_FILE, lambda f: torch.save(model.state_dict(), f))
+    atomic_write_text(folder / INFO_FILE, json.dumps(dataclasses.asdict(info)))
+    final = info.final_validation or {}
+    summary = {
+        "name": config.name, "device": info.device, "stop_reason": info.stop_reason,
+        "iterations": info.history[-1]["iteration"] if info.history else 0,
+        "final_loss": info.history[-1]["loss"] if info.history else None,
+        "validation_loss": final.get("loss"), "validation_accuracy": final.get("accuracy"),
+        "classes": info.classes, "network": shape, "config": config_to_dict(config),
+    }
+    atomic_write_text(folder / RESULT_FILE, json.dumps(summary, indent=2))
+    return summary
+
+
+def load_result(folder: str | Path) -> tuple[nn.Module, TrainingInfo, dict[str, Any]]:
+    """The trained network, its TrainingInfo and summary from a finished run's folder."""
+    folder = Path(folder)
+    summary = json.loads((folder / RESULT_FILE).read_text())
+    info = TrainingInfo(**json.loads((folder / INFO_FILE).read_text()))
+    model = network_for(ModelConfig(**summary["config"]["model"]), summary["network"])
+    model.load_state_dict(torch.load(folder / MODEL_FILE, map_location="cpu", weights_only=True))
+    return model.eval(), info, summary
+

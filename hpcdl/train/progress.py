@@ -1,0 +1,206 @@
+"""Training progress as MATLAB shows it: a verbose table, a metrics file, a progress plot, callbacks.
+
+Step losses stay on the device until a row, a callback or a batch of records
+needs them, so the hot loop does not wait for the GPU on every iteration.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, TextIO
+
+import torch
+
+from hpcdl.atomic import atomic_open
+from hpcdl.config import TrainingOptions
+
+Record = dict[str, Any]
+Callback = Callable[[Record], Optional[bool]]
+
+METRICS_FILE = "metrics.jsonl"
+PLOT_FILE = "training-progress.png"
+PLOT_INTERVAL_S = 10.0
+PENDING_LIMIT = 64
+
+HEADER = ("|  Epoch  |  Iteration  |  Time Elapsed  |  Mini-batch  |  Validation  |  Mini-batch  |"
+          "  Validation  |  Base Learning  |\n"
+          "|         |             |   (hh:mm:ss)   |   Accuracy   |   Accuracy   |     Loss     |"
+          "     Loss     |      Rate       |")
+
+
+@dataclass
+class TrainingInfo:
+    """What train_network returns beside the network: every record, and how training ended."""
+
+    history: list[Record] = field(default_factory=list)
+    """One record per iteration: epoch, iteration, time_s, loss, accuracy, learn_rate, samples_per_s."""
+    validation_history: list[Record] = field(default_factory=list)
+    """One record per validation: epoch, iteration, time_s, loss, accuracy."""
+    stop_reason: str = ""
+    """max-epochs, validation-patience or callback."""
+    device: str = ""
+    """The device trained on and why it was chosen."""
+    classes: Optional[list[str]] = None
+    """Class names of the training data, when it carries them."""
+
+    @property
+    def final_validation(self) -> Optional[Record]:
+        """The last validation record, if training validated."""
+        return self.validation_history[-1] if self.validation_history else None
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def _pct(value: Optional[float]) -> str:
+    return "" if value is None else f"{100 * value:.2f}%"
+
+
+def _num(value: Optional[float]) -> str:
+    return "" if value is None else f"{value:.4f}"
+
+
+class Progress:
+    """Collects step results and turns them into records, table rows, files and callback calls."""
+
+    def __init__(self, options: TrainingOptions, info: TrainingInfo, callbacks: Sequence[Callback],
+                 elapsed_before: float = 0.0, out: Optional[TextIO] = None) -> None:
+        self.options, self.info, self.callbacks = options, info, list(callbacks)
+        self.out = out or sys.stdout
+        self.start = time.perf_counter() - elapsed_before
+        self.pending: list[tuple[int, int, float, float, torch.Tensor, Optional[torch.Tensor], int]] = []
+        self.last_time = self.start
+        self.last_plot = 0.0
+        self.header_printed = False
+        self.folder = Path(options.output_dir) if options.output_dir else None
+        if self.folder:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with atomic_open(self.folder / METRICS_FILE) as f:  # a resumed run keeps only its past
+                for record in sorted(info.history + info.validation_history,
+                                     key=lambda r: (r["iteration"], r["kind"] == "validation")):
+                    f.write(json.dumps(record) + "\n")
+            self.metrics = open(self.folder / METRICS_FILE, "a")
+
+    def elapsed(self) -> float:
+        """Seconds of training, counting those before a resume."""
+        return time.perf_counter() - self.start
+
+    def step(self, epoch: int, iteration: int, learn_rate: float, loss: torch.Tensor,
+             correct: Optional[torch.Tensor], count: int) -> None:
+        """Queue one finished iteration (1-based ``iteration``); values stay on the device."""
+        self.pending.append((epoch, iteration, self.elapsed(), learn_rate, loss.detach(), correct, count))
+
+    def end_iteration(self, validation: Optional[Record]) -> bool:
+        """Emit what is due after an iteration; True when a callback asked to stop."""
+        iteration = self.pending[-1][1]
+        row_due = self.options.verbose and (iteration == 1 or iteration % self.options.verbose_frequency == 0)
+        if self.callbacks or row_due or validation or len(self.pending) >= PENDING_LIMIT:
+            self.flush()
+        if validation:
+            self.add_validation(validation)
+        record = self.info.history[-1] if self.info.history and self.info.history[-1]["iteration"] == iteration else None
+        if record and (row_due or validation) and self.options.verbose:
+            self.print_row(record, validation)
+        stop = False
+        for callback in self.callbacks:
+            stop = bool(callback({**record, "validation": validation})) or stop
+        if validation or time.perf_counter() - self.last_plot > PLOT_INTERVAL_S:
+            self.plot()
+        return stop
+
+    def flush(self) -> None:
+        """Turn queued step results into records (one device sync for all of them)."""
+        if not self.pending:
+            return
+        losses = torch.stack([p[4].float() for p in self.pending]).tolist()
+        corrects = [p[5] for p in self.pending]
+        hits = torch.stack(corrects).tolist() if corrects[0] is not None else [None] * len(corrects)
+        for (epoch, iteration, t, lr, _, _, count), loss, hit in zip(self.pending, losses, hits):
+            record = {"kind": "iteration", "epoch": epoch, "iteration": iteration, "time_s": round(t, 4),
+                      "loss": loss, "accuracy": None if hit is None else hit / count, "learn_rate": lr,
+                      "samples_per_s": count / max(t - (self.last_time - self.start), 1e-9)}
+            self.last_time = self.start + t
+            self.info.history.append(record)
+            self.write(record)
+        self.pending.clear()
+
+    def add_validation(self, record: Record) -> None:
+        """Record one validation result."""
+        record = {"kind": "validation", **record, "time_s": round(self.elapsed(), 4)}
+        self.info.validation_history.append(record)
+        self.write(record)
+
+    def write(self, record: Record) -> None:
+        if self.folder:
+            self.metrics.write(json.dumps(record) + "\n")
+            self.metrics.flush()
+
+    def print_row(self, record: Record, validation: Optional[Record]) -> None:
+        if not self.header_printed:
+            print(f"Training on {self.info.device}", file=self.out)
+            print(HEADER, file=self.out)
+            self.header_printed = True
+        v = validation or {}
+        print(f"| {record['epoch']:7d} | {record['iteration']:11d} | {_clock(record['time_s']):>14s} | "
+              f"{_pct(record['accuracy']):>12s} | {_pct(v.get('accuracy')):>12s} | {_num(record['loss']):>12s} | "
+              f"{_num(v.get('loss')):>12s} | {record['learn_rate']:15.4e} |", file=self.out, flush=True)
+
+    def plot(self) -> None:
+        """Redraw training-progress.png (atomically) when plots=training-progress."""
+        self.last_plot = time.perf_counter()
+        if self.options.plots == "none" or not self.info.history:
+            return
+        write_progress_plot(self.folder / PLOT_FILE, self.info)
+
+    def finish(self, reason: str) -> None:
+        """Flush everything, note why training stopped, draw the final plot, close the metrics file."""
+        self.flush()
+        self.info.stop_reason = reason
+        if self.options.verbose:
+            print(f"Training finished: {reason}", file=self.out, flush=True)
+        self.plot()
+        if self.folder:
+            self.metrics.close()
+
+
+def write_progress_plot(path: Path, info: TrainingInfo) -> None:
+    """Accuracy (top) and loss (bottom) against iteration, validation as dashed black points."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(9, 6.5), dpi=100)
+    FigureCanvasAgg(figure)
+    top, bottom = figure.subplots(2, 1, sharex=True)
+    its = [r["iteration"] for r in info.history]
+    val_its = [r["iteration"] for r in info.validation_history]
+    has_accuracy = info.history[0]["accuracy"] is not None
+    if has_accuracy:
+        top.plot(its, [100 * r["accuracy"] for r in info.history], color="#0072BD", lw=0.8, label="Training")
+        if val_its:
+            top.plot(val_its, [100 * r["accuracy"] for r in info.validation_history], "k--o", ms=3,
+                     label="Validation")
+        top.set_ylabel("Accuracy (%)")
+        top.legend(loc="lower right")
+    bottom.plot(its, [r["loss"] for r in info.history], color="#D95319", lw=0.8, label="Training")
+    if val_its:
+        bottom.plot(val_its, [r["loss"] for r in info.validation_history], "k--o", ms=3, label="Validation")
+    losses = [r["loss"] for r in info.history if math.isfinite(r["loss"])]
+    if losses and min(losses) > 0 and max(losses) / min(losses) > 100:
+        bottom.set_yscale("log")
+    bottom.set_ylabel("Loss")
+    bottom.set_xlabel("Iteration")
+    bottom.legend(loc="upper right")
+    last = info.history[-1]
+    figure.suptitle(f"Training progress: epoch {last['epoch']}, iteration {last['iteration']}"
+                    + (f", {info.stop_reason}" if info.stop_reason else ""))
+    for axes in (top, bottom):
+        axes.grid(True, alpha=0.3)
+    with atomic_open(path, "wb") as f:
+        figure.savefig(f, format="png")

@@ -1,0 +1,79 @@
+"""The pieces of one iteration: optimizer, loss, autocast, a training step, an evaluation pass."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, ContextManager, Optional
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from hpcdl.config import DEFAULT_SQUARED_GRADIENT_DECAY, TrainingOptions
+from hpcdl.data.batches import iterate_batches
+
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def make_optimizer(model: nn.Module, options: TrainingOptions) -> torch.optim.Optimizer:
+    """The solver with MATLAB's defaults; L2 regularization is added to the gradients."""
+    params, lr, wd = model.parameters(), options.learn_rate, options.l2_regularization
+    beta2 = options.squared_gradient_decay_factor
+    if beta2 is None:
+        beta2 = DEFAULT_SQUARED_GRADIENT_DECAY[options.solver]
+    if options.solver == "sgdm":
+        return torch.optim.SGD(params, lr=lr, momentum=options.momentum, weight_decay=wd)
+    if options.solver == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=(options.gradient_decay_factor, beta2),
+                                eps=options.epsilon, weight_decay=wd)
+    return torch.optim.RMSprop(params, lr=lr, alpha=beta2, eps=options.epsilon, weight_decay=wd)
+
+
+def make_loss(options: TrainingOptions) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """Cross-entropy on class indices, or mean squared error on responses."""
+    if options.loss == "crossentropy":
+        return nn.functional.cross_entropy
+    return lambda out, y: nn.functional.mse_loss(out, y.to(out.dtype))
+
+
+def autocast(options: TrainingOptions, device: torch.device) -> Callable[[], ContextManager]:
+    """A factory of the mixed-precision context for ``options.precision`` (float32: none)."""
+    if options.precision == "float32":
+        return contextlib.nullcontext
+    dtype = AUTOCAST_DTYPES[options.precision]
+    return lambda: torch.autocast(device.type, dtype=dtype)
+
+
+def clip_gradients(model: nn.Module, options: TrainingOptions) -> None:
+    """Rescale by global L2 norm, or clamp each entry, at gradient_threshold."""
+    if options.gradient_clip == "norm":
+        nn.utils.clip_grad_norm_(model.parameters(), options.gradient_threshold)
+    elif options.gradient_clip == "value":
+        nn.utils.clip_grad_value_(model.parameters(), options.gradient_threshold)
+
+
+def correct_count(out: torch.Tensor, y: torch.Tensor, classification: bool) -> Optional[torch.Tensor]:
+    """How many predictions in the batch hit their label (None for regression)."""
+    return (out.argmax(1) == y).sum() if classification else None
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: Dataset, options: TrainingOptions, device: torch.device,
+             memory_format: torch.memory_format) -> dict[str, Optional[float]]:
+    """Mean loss and accuracy of ``model`` over ``data``, in eval mode, one sync at the end."""
+    was_training = model.training
+    model.eval()
+    loss_fn, cast = make_loss(options), autocast(options, device)
+    classification = options.loss == "crossentropy"
+    total_loss = torch.zeros((), device=device)
+    total_correct = torch.zeros((), device=device, dtype=torch.long)
+    order = torch.arange(len(data))
+    for x, y in iterate_batches(data, order, options.mini_batch_size, device, memory_format):
+        with cast():
+            out = model(x)
+            total_loss += loss_fn(out.float(), y) * len(y)
+        if classification:
+            total_correct += correct_count(out, y, True)
+    model.train(was_training)
+    n = len(data)
+    return {"loss": total_loss.item() / n, "accuracy": total_correct.item() / n if classification else None}

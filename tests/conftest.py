@@ -1,0 +1,32 @@
+"""Shared fixtures: real image files, small tensor problems."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="session")
+def digits_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """scikit-learn's digits written as PNG class folders, once per test session."""
+    from hpcdl.data.digits import digits_folder
+
+    return digits_folder(tmp_path_factory.mktemp("data") / "digits")
+
+
+@pytest.fixture
+def blobs() -> tuple[torch.Tensor, torch.Tensor]:
+    """A separable 3-class problem: 4-feature points around three centres."""
+    generator = torch.Generator().manual_seed(0)
+    centres = torch.tensor([[2.0, 0, 0, 0], [0, 2.0, 0, 0], [0, 0, 2.0, 0]])
+    labels = torch.arange(3).repeat(64)
+    x = centres[labels] + 0.5 * torch.randn(len(labels), 4, generator=generator)
+    return x, labels
+
+
+def linear_model(seed: int = 0) -> torch.nn.Module:
+    """A seeded linear classifier for the blobs problem."""
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))

@@ -1,0 +1,47 @@
+"""GPU code paths; skipped where no CUDA GPU is visible (run by hand on the GPU machine)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hpcdl import TrainingOptions, build_model, predict, train_network
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+def _images(n: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    y = torch.randint(4, (n,), generator=generator)
+    x = torch.rand(n, 3, 16, 16, generator=generator) * 0.2
+    x[torch.arange(n), y % 3, :, :] += 0.5 + 0.3 * (y // 3).float()[:, None, None]
+    return x, y
+
+
+@pytest.mark.parametrize("precision", ["float32", "bf16", "fp16"])
+def test_auto_picks_the_gpu_and_trains_in_each_precision(precision: str) -> None:
+    torch.manual_seed(0)
+    model = build_model("small_cnn", in_channels=3, num_classes=4)
+    options = TrainingOptions(solver="adam", max_epochs=5, mini_batch_size=64, precision=precision,
+                              channels_last=True, verbose=False)
+    model, info = train_network(_images(), model, options)
+    assert info.device.startswith("cuda:0")
+    assert info.history[-1]["loss"] < 0.5 * info.history[0]["loss"]
+    assert next(model.parameters()).is_cuda
+
+
+def test_gpus_selects_the_named_device() -> None:
+    last = torch.cuda.device_count() - 1
+    model = build_model("small_cnn", in_channels=3, num_classes=4)
+    _, info = train_network(_images(128), model, TrainingOptions(gpus=[last], max_epochs=1, verbose=False))
+    assert info.device.startswith(f"cuda:{last}")
+
+
+def test_predict_on_gpu_matches_cpu_forward() -> None:
+    torch.manual_seed(0)
+    model = build_model("small_cnn", in_channels=3, num_classes=4).eval()
+    x, _ = _images(64)
+    with torch.no_grad():
+        expected = model(x)
+    outputs = predict(model, x, TrainingOptions(execution_environment="gpu", verbose=False))
+    torch.testing.assert_close(outputs, expected, rtol=1e-3, atol=1e-3)
