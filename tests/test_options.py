@@ -67,7 +67,7 @@ def test_data_of_wrong_kind_is_an_error() -> None:
 def test_gpu_requested_without_gpu_is_an_error_not_a_cpu_run(blobs) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    with pytest.raises(ConfigError, match="execution_environment=gpu: no usable CUDA GPU"):
+    with pytest.raises(ConfigError, match="execution_environment=gpu: no usable CUDA GPU"):  # never a CPU run
         train_network(blobs, linear_model(), TrainingOptions(execution_environment="gpu", verbose=False))
 
 

@@ -1,4 +1,4 @@
-"""train_network, predict and classify on real image files and small tensor problems (CPU)."""
+"""train_network, predict and classify on real image files and small tensor problems, on the CPU."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from hpcdl import ImageDatastore, TrainingOptions, build_model, classify, predict, train_network
 from tests.conftest import linear_model
 
-QUIET = {"verbose": False}
+QUIET = {"verbose": False, "execution_environment": "cpu"}
 
 
 def test_loss_decreases_and_info_holds_every_iteration(blobs) -> None:
@@ -31,17 +31,18 @@ def test_digits_example_reaches_95_percent_validation_accuracy(digits_root: Path
     torch.manual_seed(0)
     model = build_model("small_cnn", in_channels=1, num_classes=10)
     options = TrainingOptions(solver="adam", max_epochs=8, mini_batch_size=64, validation_frequency=20,
-                              verbose_frequency=20, plots="training-progress", output_dir=str(tmp_path))
+                              verbose_frequency=20, plots="training-progress", output_dir=str(tmp_path),
+                              execution_environment="cpu")
     model, info = train_network(train_set, model, options, validation_data=validation_set)
     assert info.final_validation["accuracy"] >= 0.95
     table = capsys.readouterr().out
-    assert "Training on cpu (execution_environment=auto and no usable CUDA GPU)" in table
+    assert "Training on cpu (execution_environment=cpu)" in table
     assert "|  Epoch  |  Iteration  |  Time Elapsed  |" in table and "Training finished: max-epochs" in table
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len([r for r in records if r["kind"] == "iteration"]) == len(info.history)
     assert [r for r in records if r["kind"] == "validation"] == info.validation_history
     assert (tmp_path / "training-progress.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    labels, scores = classify(model, validation_set)
+    labels, scores = classify(model, validation_set, TrainingOptions(**QUIET))
     assert labels[:3] == [validation_set.classes[validation_set[i][1]] for i in range(3)]
 
 
@@ -82,7 +83,7 @@ def test_predict_and_classify_agree_with_the_forward_pass(blobs) -> None:
         expected = model(x)
     outputs = predict(model, blobs, TrainingOptions(mini_batch_size=7, **QUIET))
     torch.testing.assert_close(outputs, expected)
-    labels, scores = classify(model, x, classes=["a", "b", "c"])
+    labels, scores = classify(model, x, TrainingOptions(**QUIET), classes=["a", "b", "c"])
     assert labels == [["a", "b", "c"][i] for i in expected.argmax(1).tolist()]
     torch.testing.assert_close(scores, expected.softmax(1))
 
