@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from hpcdl.cluster.profile import ClusterConfig
 from hpcdl.config import Config, DataConfig, ModelConfig, TrainingOptions
 from hpcdl.errors import ConfigError
 from hpcdl.options import unknown_key_message
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-SECTIONS = {"model": ModelConfig, "data": DataConfig, "training": TrainingOptions, "": Config}
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "training": TrainingOptions, "cluster": ClusterConfig,
+            "": Config}
+
+
+def user_config_dirs() -> list[Path]:
+    """Folders of the user's own profiles and groups: $HPCDL_CONFIG_DIR, then ~/.config/hpcdl."""
+    candidates = [os.environ.get("HPCDL_CONFIG_DIR"), Path.home() / ".config" / "hpcdl"]
+    return [Path(c).expanduser().resolve() for c in candidates if c and Path(c).expanduser().is_dir()]
 
 
 def register_configs() -> None:
@@ -46,7 +55,9 @@ def compose_config(overrides: Sequence[str] = (), config_dir: Path = CONF_DIR) -
     register_configs()
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-            composed = compose("config", overrides=list(overrides))
+            search = [f"file://{d}" for d in user_config_dirs()]
+            extra = [f"hydra.searchpath=[{','.join(search)}]"] if search else []
+            composed = compose("config", overrides=extra + list(overrides))
         return OmegaConf.to_object(composed)  # runs every section's __post_init__ checks
     except ConfigError:
         raise

@@ -10,6 +10,7 @@ import math
 from dataclasses import field
 from typing import List, Optional
 
+from hpcdl.cluster.profile import ClusterConfig
 from hpcdl.errors import ConfigError
 from hpcdl.models import MODELS
 from hpcdl.options import check_types, options, require, require_choice
@@ -193,7 +194,7 @@ class DataConfig:
 
 @options("config")
 class Config:
-    """The root of a composed config: what to train, on what data, how."""
+    """The root of a composed config: what to train, on what data, how and where."""
 
     name: str = "train"
     """Job name: shown in listings and used in folder names."""
@@ -203,6 +204,12 @@ class Config:
     """The images (config group data/)."""
     training: TrainingOptions = field(default_factory=TrainingOptions)
     """How to train (config group training/)."""
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """Where to run (config group cluster/): local or a Slurm profile."""
+    dry_run: bool = False
+    """python -m hpcdl.submit: print the exact job script and environment, submit nothing."""
+    wait: bool = False
+    """python -m hpcdl.submit: follow the job with a progress bar until it ends, then print its result."""
 
     def __post_init__(self) -> None:
         check_types(self)

@@ -30,3 +30,18 @@ def linear_model(seed: int = 0) -> torch.nn.Module:
     """A seeded linear classifier for the blobs problem."""
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty job store for this test, seen by this process and every process it starts."""
+    root = tmp_path / "store"
+    monkeypatch.setenv("HPCDL_STORE", str(root))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # ~/.hpcdl/stores of this test alone
+    (tmp_path / "home").mkdir()
+    return root
+
+
+def job_folders(root: Path) -> list[str]:
+    """The job folders in a store (none when the store was never created)."""
+    return sorted(p.name for p in root.iterdir()) if root.is_dir() else []

@@ -1,0 +1,90 @@
+"""The local backend: a job is a detached process on this machine that outlives the submitting shell.
+
+Its state comes from the job's own status file and from whether its process
+(pid and start time, so a reused pid is not mistaken for it) still runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from hpcdl.cluster.profile import ClusterConfig, exported_environment
+from hpcdl.store import JobRecord
+
+KILL_AFTER_S = 10.0
+
+
+def _start_ticks(pid: int) -> Optional[str]:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), if it lives."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    return None if fields[0] == "Z" else fields[19]  # a zombie has ended
+
+
+class LocalBackend:
+    """Detached background processes, one per job."""
+
+    name = "local"
+
+    def check(self, profile: ClusterConfig) -> None:
+        """Nothing to ask a scheduler: the profile's own checks are enough."""
+
+    def _command(self, profile: ClusterConfig, folder: Path) -> list[str]:
+        return [os.path.expanduser(profile.python or sys.executable), "-u", "-m", "hpcdl.worker", str(folder)]
+
+    def _environment(self, profile: ClusterConfig) -> dict[str, str]:
+        return {**exported_environment(profile), **profile.env, "PYTHONUNBUFFERED": "1"}
+
+    def preview(self, profile: ClusterConfig, folder: Path, name: str) -> str:
+        """The command and environment the job would start with."""
+        env = self._environment(profile)
+        lines = [f"# local job {name!r}: a detached process on this machine", "# environment"]
+        lines += [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+        lines += ["# command", shlex.join(self._command(profile, folder))]
+        return "\n".join(lines) + "\n"
+
+    def submit(self, profile: ClusterConfig, folder: Path, name: str) -> str:
+        """Start the job; returns 'PID:START_TICKS'."""
+        logs = folder / "logs"
+        logs.mkdir(mode=0o700, exist_ok=True)
+        # cwd: functions pickled by reference import from the submitting folder, as sbatch jobs do
+        with open(logs / "stdout.log", "ab") as out, open(logs / "stderr.log", "ab") as err:
+            process = subprocess.Popen(self._command(profile, folder), cwd=os.getcwd(),
+                                       env=self._environment(profile), stdin=subprocess.DEVNULL,
+                                       stdout=out, stderr=err, start_new_session=True)
+        return f"{process.pid}:{_start_ticks(process.pid) or 0}"
+
+    def live_states(self, records: list[JobRecord]) -> Optional[dict[str, str]]:
+        """RUNNING for each job whose process still runs; jobs that are absent have ended."""
+        live = {}
+        for record in records:
+            pid, ticks = (record.backend_id or "0:0").split(":")
+            if _start_ticks(int(pid)) == ticks:
+                live[record.id] = "RUNNING"
+        return live
+
+    def cancel(self, record: JobRecord) -> None:
+        """TERM the job's process group, KILL it if it is still there after KILL_AFTER_S."""
+        pid, ticks = (record.backend_id or "0:0").split(":")
+        pid_number = int(pid)
+        if _start_ticks(pid_number) != ticks:
+            return
+        os.killpg(pid_number, signal.SIGTERM)
+        deadline = time.monotonic() + KILL_AFTER_S
+        while time.monotonic() < deadline and _start_ticks(pid_number) == ticks:
+            time.sleep(0.1)
+        if _start_ticks(pid_number) == ticks:
+            os.killpg(pid_number, signal.SIGKILL)
+
+    def log_path(self, record: JobRecord, rank: int, stream: str) -> Path:
+        """stdout.log or stderr.log of the job (local jobs have one rank)."""
+        return record.folder / "logs" / f"{stream}.log"

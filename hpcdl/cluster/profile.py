@@ -1,0 +1,129 @@
+"""Cluster profiles: where a job runs and what it asks the scheduler for (config group cluster/)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import field
+from typing import Dict, List, Optional
+
+from hpcdl.errors import ConfigError
+from hpcdl.options import check_types, options, require, require_choice
+
+BACKENDS = ("local", "slurm")
+DEFAULT_EXPORT = ["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV",
+                  "CONDA_PREFIX", "SLURM_CONF", "HPCDL_STORE", "XDG_CACHE_HOME", "OMPI_ALLOW_RUN_AS_ROOT",
+                  "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+TIME_FORMATS = ("MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS")
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_MEMORY = re.compile(r"^\d+[KMGT]?$")
+
+
+def is_secret(name: str) -> bool:
+    """True for variable names that may hold credentials: they never enter scripts or the store."""
+    return any(word in name.upper() for word in SECRET_WORDS)
+
+
+def time_limit_minutes(text: str) -> int:
+    """Slurm's time formats (see TIME_FORMATS) to whole minutes, rounded up; ConfigError if malformed."""
+    match = _TIME.match(text.strip())
+    if not match:
+        raise ConfigError(f"cluster.time: {text!r} is not a Slurm time limit; use one of "
+                          f"{', '.join(TIME_FORMATS)} (e.g. 90, 01:30:00 or 2-00:00:00)")
+    days, a, b, c = match.groups()
+    parts = [int(p) for p in (a, b, c) if p is not None]
+    if days is not None:  # D-HH[:MM[:SS]]
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+        total_seconds = ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+    elif len(parts) == 3:  # HH:MM:SS
+        total_seconds = (parts[0] * 60 + parts[1]) * 60 + parts[2]
+    elif len(parts) == 2:  # MM:SS
+        total_seconds = parts[0] * 60 + parts[1]
+    else:  # MM
+        total_seconds = parts[0] * 60
+    if total_seconds <= 0:
+        raise ConfigError(f"cluster.time: {text!r} must be longer than zero")
+    return -(-total_seconds // 60)
+
+
+@options("cluster")
+class ClusterConfig:
+    """A cluster profile; add your own as one YAML file in conf/cluster/ (or HPCDL_CONFIG_DIR/cluster/)."""
+
+    name: str = "local"
+    """Profile name, recorded with every job."""
+    backend: str = "local"
+    """local (detached processes on this machine) or slurm (sbatch through submitit)."""
+    store: Optional[str] = None
+    """Job store folder (on a filesystem the nodes share); null: $HPCDL_STORE or ~/.hpcdl/jobs."""
+    python: Optional[str] = None
+    """The python that runs the job on the nodes; null: the interpreter that submits."""
+    partition: Optional[str] = None
+    """Slurm partition; null: the cluster's default."""
+    account: Optional[str] = None
+    """Slurm account to charge."""
+    qos: Optional[str] = None
+    """Slurm quality of service."""
+    time: str = "01:00:00"
+    """Wall-clock limit in a Slurm format: MM, HH:MM:SS, D-HH:MM:SS, ..."""
+    nodes: int = 1
+    """Nodes to allocate, >= 1."""
+    tasks_per_node: int = 1
+    """Tasks (ranks) per node, >= 1."""
+    gpus_per_node: int = 0
+    """GPUs per node, >= 0."""
+    cpus_per_task: Optional[int] = None
+    """CPUs per task; null: the scheduler's default."""
+    mem: Optional[str] = None
+    """Memory per node as Slurm writes it (4000, 16G, 512M); null: the scheduler's default."""
+    constraint: Optional[str] = None
+    """Slurm node features (--constraint)."""
+    sbatch_extra: Dict[str, str] = field(default_factory=dict)
+    """Further #SBATCH directives, name without dashes: {exclusive: "", mail-type: END}."""
+    setup: List[str] = field(default_factory=list)
+    """Shell lines run before the job starts (module load ..., source venv/bin/activate)."""
+    env: Dict[str, str] = field(default_factory=dict)
+    """Variables set for every rank; shown by dry_run. Names holding TOKEN/KEY/SECRET/PASSWORD are refused."""
+    export: List[str] = field(default_factory=lambda: list(DEFAULT_EXPORT))
+    """Variables copied from the submitting shell (an allow-list; never the whole environment)."""
+    signal_delay_s: int = 120
+    """Seconds before the time limit at which the job gets USR2 to checkpoint, >= 0."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        require_choice(self, "backend", BACKENDS)
+        for name in ("nodes", "tasks_per_node"):
+            require(self, name, getattr(self, name) >= 1, "a positive integer")
+        require(self, "gpus_per_node", self.gpus_per_node >= 0, ">= 0")
+        require(self, "cpus_per_task", self.cpus_per_task is None or self.cpus_per_task >= 1,
+                "a positive integer or null")
+        require(self, "signal_delay_s", self.signal_delay_s >= 0, ">= 0")
+        require(self, "mem", self.mem is None or bool(_MEMORY.match(self.mem)),
+                "a Slurm memory size such as 4000, 512M or 16G")
+        time_limit_minutes(self.time)
+        for name in list(self.env) + list(self.export):
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                raise ConfigError(f"cluster.env/export: {name!r} is not a variable name")
+            if is_secret(name):
+                raise ConfigError(f"cluster.env/export: {name} looks like a secret (its name holds one of "
+                                  f"{', '.join(SECRET_WORDS)}); secrets never go into job scripts or the store")
+        if self.python is not None and shutil.which(os.path.expanduser(self.python)) is None:
+            raise ConfigError(f"cluster.python: {self.python!r} is not an executable python on this machine")
+        if self.backend == "local":
+            for name in ("partition", "account", "qos", "constraint"):
+                if getattr(self, name) is not None:
+                    raise ConfigError(f"cluster.{name}: a Slurm setting, but cluster.backend=local")
+            require(self, "nodes", self.nodes == 1, "1 with backend=local")
+
+    @property
+    def time_minutes(self) -> int:
+        """The time limit in whole minutes."""
+        return time_limit_minutes(self.time)
+
+
+def exported_environment(profile: ClusterConfig, environ: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The variables a job gets from the submitting shell: the allow-list, never a secret."""
+    environ = dict(os.environ if environ is None else environ)
+    return {name: environ[name] for name in profile.export if name in environ and not is_secret(name)}

@@ -1,0 +1,91 @@
+"""Following a job: its progress from the metrics file, a live progress line, the end result."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, Optional, TextIO
+
+from hpcdl.job import Job
+from hpcdl.store import JobRecord
+
+TAIL_BYTES = 65536
+METRICS = "metrics.jsonl"
+
+
+def read_records(record: JobRecord, tail_bytes: Optional[int] = TAIL_BYTES) -> list[dict[str, Any]]:
+    """The metrics records of a job (only those in the last ``tail_bytes`` when given)."""
+    path = record.folder / METRICS
+    try:
+        with open(path, "rb") as f:
+            if tail_bytes is not None:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - tail_bytes))
+            lines = f.read().decode(errors="replace").splitlines()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in lines[1:] if tail_bytes is not None and len(lines) > 1 else lines:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by the tail or still being written
+            continue
+    return records
+
+
+def progress(record: JobRecord, records: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
+    """Fraction done, last epoch/iteration/loss/accuracy and best validation accuracy of a training job."""
+    records = read_records(record) if records is None else records
+    iterations = [r for r in records if r["kind"] == "iteration"]
+    validations = [r for r in records if r["kind"] == "validation" and r.get("accuracy") is not None]
+    config = record.manifest.get("config") or {}
+    max_epochs = (config.get("training") or {}).get("max_epochs")
+    view: dict[str, Any] = {"max_epochs": max_epochs}
+    if iterations:
+        last = iterations[-1]
+        view.update(epoch=last["epoch"], iteration=last["iteration"], loss=last["loss"], accuracy=last["accuracy"])
+        second = [r["iteration"] for r in iterations if r["epoch"] >= 2]
+        if max_epochs:
+            if second and second[0] > 1:
+                view["fraction"] = min(1.0, last["iteration"] / ((second[0] - 1) * max_epochs))
+            else:
+                view["fraction"] = (last["epoch"] - 1) / max_epochs
+    if validations:
+        view["best_validation_accuracy"] = max(r["accuracy"] for r in validations)
+        view["validation_accuracy"] = validations[-1]["accuracy"]
+    if record.state == "COMPLETED":
+        view["fraction"] = 1.0
+    return view
+
+
+def progress_line(record: JobRecord, view: dict[str, Any], width: int = 24) -> str:
+    """One line: a bar, epoch and iteration, loss and accuracies, state."""
+    fraction = view.get("fraction")
+    bar = "" if fraction is None else "[" + "#" * round(fraction * width) + "." * (width - round(fraction * width)) + "] "
+    parts = [f"{record.id} {record.state:<9s}", bar.rstrip()]
+    if "iteration" in view:
+        parts.append(f"epoch {view['epoch']}/{view['max_epochs']} iter {view['iteration']} loss {view['loss']:.4f}")
+        if view.get("accuracy") is not None:
+            parts.append(f"acc {100 * view['accuracy']:.1f}%")
+    if view.get("validation_accuracy") is not None:
+        parts.append(f"val {100 * view['validation_accuracy']:.1f}%")
+    return " ".join(p for p in parts if p)
+
+
+def follow(job: Job, out: TextIO = sys.stdout, poll_s: float = 1.0) -> str:
+    """Show the job's progress until it ends; returns its final state."""
+    live = out.isatty()
+    last_line = ""
+    while True:
+        record = job.refresh()
+        line = progress_line(record, progress(record)) if record.manifest["kind"] == "train" else \
+            f"{record.id} {record.state}"
+        if line != last_line:
+            print(("\r\033[K" + line) if live else line, end="" if live else "\n", file=out, flush=True)
+            last_line = line
+        if record.final:
+            if live:
+                print(file=out)
+            return record.state
+        time.sleep(poll_s)

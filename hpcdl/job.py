@@ -1,0 +1,195 @@
+"""Jobs: submit a training run or a function to a cluster profile, and come back to it later.
+
+``Job.attach(id)`` works from any process and any shell: everything a Job knows
+comes from its folder in the store and from the scheduler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from hpcdl.cluster import backend_for
+from hpcdl.cluster.profile import ClusterConfig, is_secret
+from hpcdl.errors import ConfigError, HpcdlError, JobFailedError
+from hpcdl.store import (CANCELLED, MANIFEST, JobRecord, check_owned, find, load_record, new_job_folder,
+                         read_json, remember_root, remove_job_folder, store_root, write_json)
+from hpcdl.states import resolve_states
+
+POLL_S = 1.0
+
+
+def _git_commit(cwd: Path) -> Optional[dict[str, Any]]:
+    """The commit (and whether the tree is dirty) of the code the job was submitted from."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return {"commit": head.stdout.strip(), "dirty": bool(dirty)}
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return ""
+
+
+class Job:
+    """A submitted job: its id, state, logs and result, from any process."""
+
+    def __init__(self, record: JobRecord) -> None:
+        self._record = record
+
+    @classmethod
+    def attach(cls, key: str) -> "Job":
+        """The job whose id (or unique prefix, or scheduler id, or 'last') is ``key``."""
+        return cls(find(key))
+
+    @property
+    def id(self) -> str:
+        """hpcdl's job id (also the folder name in the store)."""
+        return self._record.id
+
+    @property
+    def folder(self) -> Path:
+        """The job's folder in the store."""
+        return self._record.folder
+
+    @property
+    def backend_id(self) -> Optional[str]:
+        """The scheduler's id (Slurm job id), or PID:START for local jobs."""
+        return self._record.backend_id
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """What was submitted: profile, resolved config, overrides, time, git commit."""
+        return self._record.manifest
+
+    def refresh(self) -> JobRecord:
+        """Re-read the folder and ask the scheduler; returns the fresh record."""
+        record = load_record(self.folder)
+        if record is None:
+            raise HpcdlError(f"{self.folder}: the job's manifest is gone")
+        resolve_states([record])
+        self._record = record
+        return record
+
+    @property
+    def state(self) -> str:
+        """PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ... (asked afresh)."""
+        return self.refresh().state
+
+    def done(self) -> bool:
+        """True once the job has reached a final state."""
+        return self.refresh().final
+
+    def wait(self, timeout: Optional[float] = None, poll_s: float = POLL_S) -> str:
+        """Block until the job ends (or ``timeout`` seconds pass); returns the state."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.done():
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {self.id} still {self._record.state} after {timeout} s")
+            time.sleep(poll_s)
+        return self._record.state
+
+    def log_path(self, rank: int = 0, stream: str = "stdout") -> Path:
+        """Where rank ``rank``'s stdout or stderr is written."""
+        return backend_for(self._record.backend).log_path(self._record, rank, stream)
+
+    def logs(self, rank: int = 0, stream: str = "stdout") -> str:
+        """Rank ``rank``'s stdout or stderr so far."""
+        try:
+            return self.log_path(rank, stream).read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def error(self) -> str:
+        """The failure's traceback (from the job) or the tail of its stderr."""
+        return self._record.status.get("traceback") or _tail(self.log_path(0, "stderr"))
+
+    def cancel(self) -> None:
+        """Cancel the job (no-op once it has ended)."""
+        if self.done():
+            return
+        (self.folder / CANCELLED).touch()
+        backend_for(self._record.backend).cancel(self._record)
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        """Wait, then return the result: the training summary, or the function's return value.
+
+        Raises JobFailedError (with the traceback or stderr tail) if the job did not complete.
+        Function results are unpickled only from folders owned by this user alone.
+        """
+        state = self.wait(timeout)
+        if state != "COMPLETED":
+            raise JobFailedError(f"job {self.id} ended {state}: {self._record.reason}", self.error())
+        if self.manifest["kind"] == "train":
+            return read_json(self.folder / "result.json")
+        import cloudpickle
+
+        from hpcdl.worker import RESULT_PICKLE
+
+        check_owned(self.folder)
+        check_owned(self.folder / RESULT_PICKLE)
+        with open(self.folder / RESULT_PICKLE, "rb") as f:
+            return cloudpickle.load(f)
+
+    def __repr__(self) -> str:
+        return f"Job({self.id!r}, backend_id={self.backend_id!r}, state={self._record.state!r})"
+
+
+def submit_job(kind: str, profile: ClusterConfig, name: str, *, config: Optional[dict[str, Any]] = None,
+               overrides: Sequence[str] = (), payload: Optional[tuple[Callable, tuple, dict]] = None) -> Job:
+    """Write the job into the store and hand it to the profile's backend; nothing stays if that fails."""
+    backend = backend_for(profile.backend)
+    backend.check(profile)
+    root = store_root(profile.store)
+    job_id, folder = new_job_folder(root)
+    try:
+        if payload is not None:
+            import cloudpickle
+
+            from hpcdl.atomic import atomic_save
+            from hpcdl.worker import FUNCTION_FILE
+
+            atomic_save(folder / FUNCTION_FILE, lambda f: cloudpickle.dump(payload, f))
+        manifest = {
+            "id": job_id, "name": name, "kind": kind, "profile": profile.name, "cluster": dataclasses.asdict(profile),
+            "config": config, "overrides": [o for o in overrides if not is_secret(o.split("=")[0])],
+            "submitted_at": time.time(), "submitted_from": {"cwd": os.getcwd(), "host": os.uname().nodename},
+            "git": _git_commit(Path.cwd()),
+        }
+        write_json(folder / MANIFEST, manifest)
+        manifest["backend_id"] = backend.submit(profile, folder, name)
+        write_json(folder / MANIFEST, manifest)
+    except BaseException:
+        remove_job_folder(folder)
+        raise
+    remember_root(root)
+    return Job(JobRecord(folder, manifest, {}, state="PENDING"))
+
+
+def batch(fn: Callable[..., Any], *args: Any, cluster: str = "local", name: Optional[str] = None,
+          kwargs: Optional[dict[str, Any]] = None, **resources: Any) -> Job:
+    """Run ``fn(*args, **kwargs)`` as a job on the profile ``cluster`` (MATLAB's batch); returns at once.
+
+    ``resources`` override the profile's settings (time="00:10:00", partition="gpu", gpus_per_node=1).
+    """
+    from hpcdl.compose import compose_config
+
+    overrides = [f"cluster={cluster}"] + [f"cluster.{k}={json.dumps(v)}" for k, v in resources.items()]
+    if not callable(fn):
+        raise ConfigError(f"batch: fn must be callable, got {type(fn).__name__}")
+    profile = compose_config(overrides).cluster
+    job_name = name or getattr(fn, "__name__", "batch")
+    return submit_job("function", profile, job_name, payload=(fn, args, kwargs or {}))

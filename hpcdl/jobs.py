@@ -1,0 +1,197 @@
+"""python -m hpcdl.jobs: list, show, logs, watch, wait, cancel and fetch jobs, from any shell.
+
+    python -m hpcdl.jobs list [--state RUNNING] [--name digits]
+    python -m hpcdl.jobs show ID          ID: hpcdl id, a unique prefix, a Slurm job id, or 'last'
+    python -m hpcdl.jobs logs ID [-f] [--rank N] [--stderr]
+    python -m hpcdl.jobs watch ID | wait ID | cancel ID
+    python -m hpcdl.jobs fetch ID [--to DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hpcdl.errors import HpcdlError
+
+RESULT_FILES = ("model.pt", "info.json", "result.json", "metrics.jsonl", "training-progress.png")
+
+
+def _clock(seconds: float) -> str:
+    s = int(max(0, seconds))
+    return f"{s // 86400}-{s // 3600 % 24:02d}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 86400 else \
+        f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def _elapsed(status: dict[str, Any]) -> str:
+    started = status.get("started_at")
+    if started is None:
+        return ""
+    return _clock((status.get("ended_at") or time.time()) - started)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from hpcdl.follow import progress
+    from hpcdl.states import resolve_states
+    from hpcdl.store import scan
+
+    records = scan()
+    if args.name:
+        records = [r for r in records if fnmatch.fnmatch(r.manifest["name"], args.name) or args.name in r.manifest["name"]]
+    resolve_states(records)
+    if args.state:
+        records = [r for r in records if r.state == args.state.upper()]
+    rows = [("ID", "NAME", "PROFILE", "STATE", "PROGRESS", "ELAPSED", "BEST VAL", "SCHEDULER ID")]
+    for r in records[-args.limit:] if args.limit else records:
+        view = progress(r) if r.manifest["kind"] == "train" else {}
+        fraction = view.get("fraction")
+        best = view.get("best_validation_accuracy")
+        rows.append((r.id, r.manifest["name"], r.manifest["profile"], r.state,
+                     "" if fraction is None else f"{100 * fraction:.0f}%", _elapsed(r.status),
+                     "" if best is None else f"{100 * best:.2f}%", str(r.backend_id or "")))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from hpcdl.follow import progress
+    from hpcdl.job import Job
+
+    job = Job.attach(args.id)
+    record = job.refresh()
+    m = record.manifest
+    print(f"job       {record.id}  ({m['kind']} '{m['name']}')\n"
+          f"state     {record.state}{'  (' + record.reason + ')' if record.reason else ''}\n"
+          f"profile   {m['profile']} ({m['cluster']['backend']}), scheduler id {record.backend_id}\n"
+          f"submitted {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(m['submitted_at']))} from "
+          f"{m['submitted_from']['host']}:{m['submitted_from']['cwd']}\n"
+          f"elapsed   {_elapsed(record.status) or '-'}  host {record.status.get('host', '-')}  "
+          f"restarts {record.status.get('restarts', 0)}\n"
+          f"git       {(m.get('git') or {}).get('commit', '-')}{' (dirty)' if (m.get('git') or {}).get('dirty') else ''}\n"
+          f"overrides {' '.join(m.get('overrides') or []) or '-'}\n"
+          f"folder    {record.folder}")
+    if m["kind"] == "train":
+        print(f"progress  {json.dumps(progress(record))}")
+    if record.state not in ("COMPLETED", "PENDING", "RUNNING"):
+        print("--- error ---\n" + job.error())
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from hpcdl.job import Job
+
+    job = Job.attach(args.id)
+    stream = "stderr" if args.stderr else "stdout"
+    path = job.log_path(args.rank, stream)
+    offset = 0
+    while True:
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+                offset = f.tell()
+        except FileNotFoundError:
+            chunk = b""
+        sys.stdout.write(chunk.decode(errors="replace"))
+        sys.stdout.flush()
+        if not args.follow or job.done():
+            if args.follow and path.exists() and path.stat().st_size > offset:
+                continue  # the last lines written before the end
+            return 0
+        time.sleep(1.0)
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from hpcdl.follow import follow
+    from hpcdl.job import Job
+
+    return 0 if follow(Job.attach(args.id)) == "COMPLETED" else 1
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    from hpcdl.job import Job
+
+    state = Job.attach(args.id).wait(args.timeout)
+    print(state)
+    return 0 if state == "COMPLETED" else 1
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from hpcdl.job import Job
+
+    job = Job.attach(args.id)
+    job.cancel()
+    print(f"cancelled {job.id}; state now {job.wait(timeout=args.timeout)}")
+    return 0
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from hpcdl.job import Job
+
+    job = Job.attach(args.id)
+    result = job.result(timeout=0 if not args.wait else None)
+    target = Path(args.to or job.id).resolve()
+    target.mkdir(parents=True, exist_ok=True)
+    if job.manifest["kind"] == "train":
+        copied = [name for name in RESULT_FILES if (job.folder / name).is_file()]
+        for name in copied:
+            shutil.copy2(job.folder / name, target / name)
+        result = {k: v for k, v in result.items() if k != "config"}
+        print(json.dumps(result, indent=1))
+        print(f"copied {', '.join(copied)} to {target}\n"
+              f"load: model, info, summary = hpcdl.train.job.load_result({str(target)!r})")
+    else:
+        print(repr(result))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per verb."""
+    top = argparse.ArgumentParser(prog="python -m hpcdl.jobs", description=__doc__.splitlines()[0],
+                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    verbs = top.add_subparsers(dest="verb", required=True)
+    listing = verbs.add_parser("list", help="a table of jobs")
+    listing.add_argument("--state", help="only jobs in this state (RUNNING, FAILED, ...)")
+    listing.add_argument("--name", help="only jobs whose name matches (substring or glob)")
+    listing.add_argument("--limit", type=int, default=0, help="only the newest N")
+    listing.set_defaults(run=cmd_list)
+    for verb, run, text in (("show", cmd_show, "everything known of a job"),
+                            ("watch", cmd_watch, "live progress until the job ends"),
+                            ("wait", cmd_wait, "block until the job ends; exit 0 if it completed"),
+                            ("cancel", cmd_cancel, "cancel a job"),
+                            ("fetch", cmd_fetch, "copy the results here and print the summary"),
+                            ("logs", cmd_logs, "a rank's stdout or stderr")):
+        sub = verbs.add_parser(verb, help=text)
+        sub.add_argument("id")
+        sub.set_defaults(run=run)
+        if verb == "logs":
+            sub.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+            sub.add_argument("--rank", type=int, default=0)
+            sub.add_argument("--stderr", action="store_true", help="stderr instead of stdout")
+        if verb in ("wait", "cancel"):
+            sub.add_argument("--timeout", type=float, default=None if verb == "wait" else 60.0)
+        if verb == "fetch":
+            sub.add_argument("--to", help="folder to copy into (default ./ID)")
+            sub.add_argument("--wait", action="store_true", help="wait for the job to end first")
+    return top
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (HpcdlError, TimeoutError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

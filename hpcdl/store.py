@@ -1,0 +1,173 @@
+"""The job store: one owner-only folder per job on a filesystem, no database server.
+
+A job folder holds ``manifest.json`` (written at submission, atomically),
+``status.json`` (written by the job itself: RUNNING, then COMPLETED or FAILED),
+the logs, metrics, plot, checkpoints and results. A folder without a manifest
+is not a job (a submission that failed removes its folder). Readers trust only
+what a complete, atomically written file says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from hpcdl.atomic import atomic_write_text
+from hpcdl.errors import HpcdlError
+
+MANIFEST, STATUS, CANCELLED = "manifest.json", "status.json", "cancelled"
+FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "LOST")
+DEFAULT_ROOT = Path("~/.hpcdl/jobs")
+ROOTS_FILE = Path("~/.hpcdl/stores")
+
+
+class UnsafeFolderError(HpcdlError):
+    """A job folder or file is not owned by this user, or others may write it."""
+
+
+def store_root(configured: Optional[str] = None) -> Path:
+    """The store folder: the profile's, else $HPCDL_STORE, else ~/.hpcdl/jobs."""
+    return Path(configured or os.environ.get("HPCDL_STORE") or DEFAULT_ROOT).expanduser().resolve()
+
+
+def known_roots() -> list[Path]:
+    """Every store this user has submitted to: the default one and those in ~/.hpcdl/stores."""
+    roots = [store_root()]
+    listing = ROOTS_FILE.expanduser()
+    if listing.is_file():
+        roots += [Path(line) for line in listing.read_text().splitlines() if line.strip()]
+    return list(dict.fromkeys(r for r in roots if r.is_dir()))
+
+
+def remember_root(root: Path) -> None:
+    """Note a non-default store in ~/.hpcdl/stores so that listings find it from any shell."""
+    if root == store_root() or root in known_roots():
+        return
+    listing = ROOTS_FILE.expanduser()
+    listing.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(listing, "a") as f:
+        f.write(f"{root}\n")
+
+
+def check_owned(path: Path) -> None:
+    """Refuse a path that another user owns or that group/others may write (pickles run code)."""
+    info = path.lstat()
+    if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or stat.S_ISLNK(info.st_mode):
+        raise UnsafeFolderError(f"{path}: not owned by you alone (uid {info.st_uid}, mode "
+                                f"{stat.filemode(info.st_mode)}); refusing to load it")
+
+
+def new_job_folder(root: Path) -> tuple[str, Path]:
+    """Create an empty owner-only job folder under ``root``; returns (job id, folder)."""
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for _ in range(100):
+        job_id = f"{time.strftime('%y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        folder = root / job_id
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
+        return job_id, folder
+    raise HpcdlError(f"cannot create a job folder under {root}")
+
+
+def remove_job_folder(folder: Path) -> None:
+    """Remove a job folder whose submission failed: nothing half-written stays behind."""
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def write_json(path: Path, value: dict[str, Any]) -> None:
+    """Write ``value`` as JSON, atomically."""
+    atomic_write_text(path, json.dumps(value, indent=1, sort_keys=True) + "\n")
+
+
+def read_json(path: Path) -> Optional[dict[str, Any]]:
+    """A JSON file's content, or None when it is missing."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def write_status(folder: Path, state: str, **fields: Any) -> None:
+    """Record the job's own view of its state (kept fields of earlier writes are merged in)."""
+    status = read_json(folder / STATUS) or {}
+    status.update(fields, state=state, updated_at=time.time())
+    write_json(folder / STATUS, status)
+
+
+@dataclass
+class JobRecord:
+    """What the store knows of one job: its manifest, its status file and its resolved state."""
+
+    folder: Path
+    manifest: dict[str, Any]
+    status: dict[str, Any]
+    state: str = "UNKNOWN"
+    reason: str = ""
+
+    @property
+    def id(self) -> str:
+        return self.manifest["id"]
+
+    @property
+    def backend(self) -> str:
+        return self.manifest["cluster"]["backend"]
+
+    @property
+    def backend_id(self) -> Optional[str]:
+        return self.manifest.get("backend_id")
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL_STATES
+
+
+def load_record(folder: Path) -> Optional[JobRecord]:
+    """The record of the job in ``folder``, or None when it holds no manifest."""
+    manifest = read_json(folder / MANIFEST)
+    if manifest is None:
+        return None
+    status = read_json(folder / STATUS) or {}
+    record = JobRecord(folder, manifest, status)
+    if status.get("state") in FINAL_STATES:
+        record.state, record.reason = status["state"], status.get("reason", "")
+    return record
+
+
+def scan(roots: Optional[Iterable[Path]] = None) -> list[JobRecord]:
+    """Every job in the stores, oldest first, without asking any scheduler."""
+    records = []
+    for root in roots if roots is not None else known_roots():
+        for entry in os.scandir(root):
+            if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
+                record = load_record(Path(entry.path))
+                if record is not None:
+                    records.append(record)
+    return sorted(records, key=lambda r: r.manifest.get("submitted_at", 0))
+
+
+def find(key: str, roots: Optional[Iterable[Path]] = None) -> JobRecord:
+    """The job whose id, unique id prefix or scheduler job id is ``key`` ('last': the newest)."""
+    roots = list(roots) if roots is not None else known_roots()
+    for root in roots:  # the exact id is a folder name: no scan needed
+        record = load_record(root / key) if (root / key).is_dir() else None
+        if record is not None:
+            return record
+    records = scan(roots)
+    if key == "last" and records:
+        return records[-1]
+    matches = [r for r in records if r.id.startswith(key) or r.backend_id == key]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise HpcdlError(f"no job {key!r} in {', '.join(map(str, roots)) or 'any store'}")
+    raise HpcdlError(f"{key!r} matches {len(matches)} jobs: {', '.join(r.id for r in matches[:5])} ...")

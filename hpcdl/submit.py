@@ -1,0 +1,67 @@
+"""python -m hpcdl.submit [overrides]: validate, store, submit, print the job id and return.
+
+    python -m hpcdl.submit                                  # the example, on this machine (cluster=local)
+    python -m hpcdl.submit cluster=slurm cluster.time=02:00:00 training.max_epochs=20
+    python -m hpcdl.submit cluster=slurm dry_run=true       # print the sbatch script, submit nothing
+    python -m hpcdl.submit wait=true                        # follow the job, then print its result
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from hpcdl.errors import HpcdlError
+
+USAGE = __doc__
+
+
+def main(argv: list[str]) -> int:
+    """Submit the training job ``argv`` describes; 0 on success, 2 on a bad config, 1 if it failed."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(USAGE)
+        return 0
+    if any(a in ("-m", "--multirun") for a in argv):
+        print("error: sweeps (-m) are not in this version of hpcdl yet; submit one job per setting",
+              file=sys.stderr)
+        return 2
+    from hpcdl.cluster import backend_for
+    from hpcdl.compose import compose_config, config_to_dict
+    from hpcdl.job import submit_job
+    from hpcdl.store import store_root
+
+    try:
+        config = compose_config(argv)
+        profile = config.cluster
+        if config.dry_run:
+            backend = backend_for(profile.backend)
+            backend.check(profile)
+            print(backend.preview(profile, store_root(profile.store) / "<job id>", config.name), end="")
+            print("# dry run: nothing was submitted")
+            return 0
+        job = submit_job("train", profile, config.name, config=config_to_dict(config), overrides=argv)
+    except HpcdlError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    where = f"Slurm job {job.backend_id}" if profile.backend == "slurm" else f"process {job.backend_id.split(':')[0]}"
+    print(f"Submitted job {job.id} ({where}) with profile {profile.name}\n"
+          f"  folder:   {job.folder}\n"
+          f"  progress: python -m hpcdl.jobs watch {job.id}\n"
+          f"  logs:     python -m hpcdl.jobs logs {job.id} -f\n"
+          f"  results:  python -m hpcdl.jobs fetch {job.id}")
+    if not config.wait:
+        return 0
+    from hpcdl.follow import follow
+
+    state = follow(job)
+    if state != "COMPLETED":
+        print(f"job {job.id} ended {state}\n{job.error()}", file=sys.stderr)
+        return 1
+    summary = job.result()
+    summary.pop("config", None)
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

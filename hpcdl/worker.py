@@ -1,0 +1,75 @@
+"""The job side: what runs on the node (or the local machine) for a job folder.
+
+``run_job(folder)`` marks the job RUNNING, runs its payload (a built-in
+training run, or a function given to ``hpcdl.batch``), writes the result, and
+marks it COMPLETED, or FAILED with the traceback before re-raising, so that the
+scheduler sees the failure too. Rank 0 alone writes the status.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from hpcdl.atomic import atomic_save
+from hpcdl.store import MANIFEST, check_owned, read_json, write_status
+
+FUNCTION_FILE, RESULT_PICKLE = "function.pkl", "result.pkl"
+
+
+def _rank() -> int:
+    return int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0")))
+
+
+def _run_payload(folder: Path, manifest: dict[str, Any]) -> None:
+    if manifest["kind"] == "train":
+        from omegaconf import OmegaConf
+
+        from hpcdl.compose import register_configs
+        from hpcdl.config import Config
+        from hpcdl.train.job import run_training
+
+        register_configs()
+        config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), manifest["config"]))
+        run_training(config, folder)
+        return
+    import cloudpickle
+
+    check_owned(folder / FUNCTION_FILE)
+    with open(folder / FUNCTION_FILE, "rb") as f:
+        fn, args, kwargs = cloudpickle.load(f)
+    result = fn(*args, **kwargs)
+    if _rank() == 0:
+        atomic_save(folder / RESULT_PICKLE, lambda out: cloudpickle.dump(result, out))
+
+
+def run_job(folder: str) -> None:
+    """Run the job stored in ``folder``; its status file says how it went."""
+    path = Path(folder)
+    check_owned(path)
+    manifest = read_json(path / MANIFEST)
+    if manifest is None:
+        raise FileNotFoundError(f"{path / MANIFEST}: no manifest; not a job folder")
+    lead = _rank() == 0
+    if lead:
+        write_status(path, "RUNNING", started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
+                     slurm_job_id=os.environ.get("SLURM_JOB_ID"),
+                     restarts=int(os.environ.get("SLURM_RESTART_COUNT", "0")))
+    try:
+        _run_payload(path, manifest)
+    except BaseException as e:
+        if lead:
+            write_status(path, "FAILED", ended_at=time.time(), reason=f"{type(e).__name__}: {e}",
+                         traceback=traceback.format_exc())
+        raise
+    if lead:
+        write_status(path, "COMPLETED", ended_at=time.time())
+
+
+if __name__ == "__main__":
+    run_job(sys.argv[1])

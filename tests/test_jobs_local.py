@@ -1,0 +1,95 @@
+"""Batch jobs on the embedded default profile (cluster=local): detached processes on this machine."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import hpcdl.job
+from hpcdl import JobFailedError
+from tests.conftest import job_folders
+
+
+def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, check=check, timeout=300)
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def sleep_then_fail(seconds: float) -> None:
+    time.sleep(seconds)
+    raise RuntimeError("the network diverged")
+
+
+def test_training_job_outlives_the_submitting_process_and_is_fetched_later(store: Path, digits_root: Path,
+                                                                           tmp_path: Path) -> None:
+    submitted = _cli("hpcdl.submit", f"data.root={digits_root}", "training.max_epochs=2", "name=digits")
+    assert "Submitted job" in submitted.stdout and "python -m hpcdl.jobs fetch" in submitted.stdout
+    job_id = submitted.stdout.split()[2]  # the submitting process has exited; the job runs on
+    assert _cli("hpcdl.jobs", "wait", job_id, "--timeout", "240").stdout.strip() == "COMPLETED"
+    listing = _cli("hpcdl.jobs", "list").stdout
+    assert job_id in listing and "COMPLETED" in listing and "100%" in listing
+    fetched = _cli("hpcdl.jobs", "fetch", job_id, "--to", str(tmp_path / "got"))
+    assert '"stop_reason": "max-epochs"' in fetched.stdout
+    for name in ("model.pt", "info.json", "result.json", "metrics.jsonl", "training-progress.png"):
+        assert (tmp_path / "got" / name).is_file()
+    shown = _cli("hpcdl.jobs", "show", job_id).stdout
+    assert "state     COMPLETED" in shown and "training.max_epochs=2" in shown
+    assert "Training finished: max-epochs" in _cli("hpcdl.jobs", "logs", job_id).stdout
+
+
+def test_batch_function_result_comes_back_in_a_new_process(store: Path) -> None:
+    job = hpcdl.job.batch(add, 2, 40, cluster="local")
+    code = f"import hpcdl.job as j; print(j.Job.attach({job.id!r}).result(timeout=120))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "42"
+    assert job.state == "COMPLETED"
+
+
+def test_failing_job_shows_failed_with_its_traceback(store: Path) -> None:
+    job = hpcdl.job.batch(sleep_then_fail, 0.1, cluster="local")
+    assert job.wait(timeout=120) == "FAILED"
+    with pytest.raises(JobFailedError, match="the network diverged"):
+        job.result()
+    shown = _cli("hpcdl.jobs", "show", job.id).stdout
+    assert "state     FAILED" in shown and "RuntimeError: the network diverged" in shown
+    assert "Traceback (most recent call last)" in shown
+
+
+def test_cancel_ends_a_running_local_job(store: Path) -> None:
+    job = hpcdl.job.batch(time.sleep, 300, cluster="local")
+    deadline = time.monotonic() + 60
+    while job.refresh().status.get("state") != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _cli("hpcdl.jobs", "cancel", job.id).stdout.strip().endswith("state now CANCELLED")
+    pid = int(job.backend_id.split(":")[0])
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
+
+
+def test_job_killed_without_a_result_is_failed_not_running(store: Path) -> None:
+    import os
+    import signal
+
+    job = hpcdl.job.batch(os.kill, 0, signal.SIGKILL, cluster="local")  # pid 0: its own process group
+    assert job.wait(timeout=60) == "FAILED"
+    assert "ended without a result" in job.refresh().reason
+
+
+def test_bad_submission_leaves_nothing_behind(store: Path) -> None:
+    for bad in (["cluster=nowhere"], ["cluster.time=forever"], ["training.mini_batch_size=0"],
+                ["cluster.python=/missing/python3"]):
+        done = _cli("hpcdl.submit", *bad, check=False)
+        assert done.returncode == 2 and done.stderr.startswith("error: "), bad
+    assert job_folders(store) == []
+
+
+def test_dry_run_prints_the_command_and_submits_nothing(store: Path) -> None:
+    done = _cli("hpcdl.submit", "dry_run=true")
+    assert "-m hpcdl.worker" in done.stdout and "# dry run: nothing was submitted" in done.stdout
+    assert job_folders(store) == []

@@ -1,0 +1,174 @@
+"""Batch jobs against the real Slurm cluster that slurm/cluster.sh brings up (two nodes, slurmdbd)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import hpcdl.job
+from hpcdl import JobFailedError
+from tests.conftest import job_folders
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="session", autouse=True)
+def slurm_cluster() -> None:
+    """The cluster must answer; CI (HPCDL_REQUIRE_SLURM=1) fails instead of skipping."""
+    try:
+        up = subprocess.run(["sinfo", "-h"], capture_output=True, text=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        up = False
+    if not up:
+        message = "no Slurm cluster answers: run `bash slurm/cluster.sh up`"
+        if os.environ.get("HPCDL_REQUIRE_SLURM"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, check=check, timeout=300)
+
+
+def _queue() -> set[str]:
+    return set(subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+                              check=True).stdout.split())
+
+
+def _sacct_state(slurm_id: str) -> str:
+    """Slurm's own final word on a job (it may still be winding down when hpcdl already knows)."""
+    state = ""
+    for _ in range(120):
+        out = subprocess.run(["sacct", "-n", "-P", "-X", "-o", "State", "-j", slurm_id], capture_output=True,
+                             text=True).stdout.split()
+        state = out[0] if out else ""
+        if state and state not in ("PENDING", "RUNNING", "COMPLETING"):
+            return state
+        time.sleep(0.5)
+    return state
+
+
+def square(x: float) -> float:
+    return x * x
+
+
+def read_variable(name: str) -> str | None:
+    return os.environ.get(name)
+
+
+def fail() -> None:
+    raise ValueError("bad learning rate")
+
+
+def wait_running(job: hpcdl.job.Job, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while job.refresh().status.get("state") != "RUNNING":
+        assert time.monotonic() < deadline, f"job {job.id} did not start: {job.state}"
+        time.sleep(0.2)
+
+
+def test_training_job_completes_on_slurm_and_is_fetched_from_a_new_process(store: Path, digits_root: Path,
+                                                                           tmp_path: Path) -> None:
+    done = _cli("hpcdl.submit", "cluster=slurm", f"data.root={digits_root}", "training.max_epochs=2",
+                "cluster.time=00:10:00", "cluster.mem=1000M", "name=digits-slurm")
+    job_id = done.stdout.split()[2]
+    slurm_id = done.stdout.split("(Slurm job ")[1].split(")")[0]
+    assert _cli("hpcdl.jobs", "wait", job_id, "--timeout", "240").stdout.strip() == "COMPLETED"
+    assert _sacct_state(slurm_id) == "COMPLETED"
+    fetched = _cli("hpcdl.jobs", "fetch", slurm_id, "--to", str(tmp_path / "got"))  # by Slurm's id too
+    assert '"validation_accuracy"' in fetched.stdout and (tmp_path / "got" / "model.pt").is_file()
+    listing = _cli("hpcdl.jobs", "list", "--name", "digits-slurm").stdout.splitlines()
+    assert len(listing) == 2 and "COMPLETED" in listing[1] and "slurm" in listing[1]
+    assert "Training finished: max-epochs" in _cli("hpcdl.jobs", "logs", job_id).stdout
+
+
+def test_batch_function_runs_on_slurm_and_its_result_is_read_from_a_new_process(store: Path) -> None:
+    job = hpcdl.job.batch(square, 12.0, cluster="slurm", time="00:05:00")
+    code = f"import hpcdl.job as j; print(j.Job.attach({job.backend_id!r}).result(timeout=180))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "144.0"
+    assert _sacct_state(job.backend_id) == "COMPLETED"
+
+
+def test_failing_job_is_failed_with_its_traceback(store: Path) -> None:
+    job = hpcdl.job.batch(fail, cluster="slurm", time="00:05:00")
+    assert job.wait(timeout=180) == "FAILED"
+    with pytest.raises(JobFailedError, match="bad learning rate"):
+        job.result()
+    shown = _cli("hpcdl.jobs", "show", job.id).stdout
+    assert "state     FAILED" in shown and "ValueError: bad learning rate" in shown
+
+
+def test_cancel_ends_a_running_slurm_job(store: Path) -> None:
+    job = hpcdl.job.batch(time.sleep, 600, cluster="slurm", time="00:15:00")
+    wait_running(job)
+    assert job.backend_id in _queue()
+    _cli("hpcdl.jobs", "cancel", job.id)
+    assert job.state == "CANCELLED"
+    assert job.backend_id not in _queue()
+    assert _sacct_state(job.backend_id).startswith("CANCELLED")
+
+
+def test_job_killed_without_a_result_is_failed_even_when_slurm_says_otherwise(store: Path) -> None:
+    import signal
+
+    job = hpcdl.job.batch(os.kill, os.getpid() * 0, signal.SIGKILL, cluster="slurm", time="00:05:00")
+    assert job.wait(timeout=180) == "FAILED"
+    assert "ended without a result" in job.refresh().reason
+
+
+def test_hostile_job_name_is_submitted_verbatim_and_runs_nothing(store: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    name = f"net'; touch {marker}; echo \"$(touch {marker})\""
+    job = hpcdl.job.batch(square, 3.0, cluster="slurm", name=name, time="00:05:00")
+    assert job.result(timeout=180) == 9.0
+    shown = subprocess.run(["scontrol", "show", "job", "-o", job.backend_id], capture_output=True, text=True,
+                           check=True).stdout  # the controller keeps ended jobs for MinJobAge seconds
+    assert shown.split(" JobName=", 1)[1].split(" UserId=")[0] == name
+    assert not marker.exists()
+
+
+def test_secrets_stay_out_of_the_job_and_the_store(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-123")
+    job = hpcdl.job.batch(read_variable, "MY_SERVICE_TOKEN", cluster="slurm", time="00:05:00")
+    assert job.result(timeout=180) is None
+    for path in job.folder.rglob("*"):
+        if path.is_file():
+            assert b"tok-123" not in path.read_bytes(), path
+
+
+def test_dry_run_prints_the_sbatch_script_and_submits_nothing(store: Path) -> None:
+    before = _queue()
+    done = _cli("hpcdl.submit", "cluster=slurm", "dry_run=true", "+cluster.env.NCCL_DEBUG=INFO")
+    assert done.stdout.startswith("#!/bin/bash") and "#SBATCH --time=60" in done.stdout
+    assert "export NCCL_DEBUG=INFO" in done.stdout and "# dry run: nothing was submitted" in done.stdout
+    assert not _queue() - before and job_folders(store) == []
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["cluster=nosuchcluster"], "Could not find 'cluster/nosuchcluster'"),
+    (["cluster.partition=gpu"], "cluster.partition: 'gpu' is not a partition of this cluster; choose one of debug"),
+    (["cluster.gpus_per_node=2"], "cluster.gpus_per_node=2: the nodes of partition debug offer at most 0 GPU(s)"),
+    (["cluster.nodes=3"], "cluster.nodes=3: partition debug has 2 node(s)"),
+    (["cluster.time=1.5h"], "cluster.time: '1.5h' is not a Slurm time limit"),
+    (["cluster.python=/opt/none/bin/python"], "cluster.python: '/opt/none/bin/python' is not an executable"),
+    (["cluster.cpus_per_task=64"], "the nodes of partition debug have 4 CPUs"),
+])
+def test_bad_submission_is_refused_before_anything_reaches_slurm(store: Path, overrides: list[str],
+                                                                 message: str) -> None:
+    before = _queue()
+    done = _cli("hpcdl.submit", "cluster=slurm", *overrides, check=False)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert not _queue() - before and job_folders(store) == []
+
+
+def test_sbatch_refusal_removes_the_job_folder(store: Path) -> None:
+    done = _cli("hpcdl.submit", "cluster=slurm", "+cluster.sbatch_extra.begin=not-a-time", check=False)
+    assert done.returncode == 2 and "sbatch refused the job" in done.stderr
+    assert job_folders(store) == []
