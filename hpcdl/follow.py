@@ -89,3 +89,17 @@ def follow(job: Job, out: TextIO = sys.stdout, poll_s: float = 1.0) -> str:
                 print(file=out)
             return record.state
         time.sleep(poll_s)
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A training job's result.json as aligned 'key: value' lines (the config left out)."""
+    lines = []
+    for key, value in summary.items():
+        if key in ("config", "network"):
+            continue
+        if isinstance(value, float):
+            value = f"{value:.4f}"
+        elif isinstance(value, list):
+            value = ", ".join(map(str, value))
+        lines.append(f"{key + ':':21s}{value}")
+    return "\n".join(lines)

@@ -141,11 +141,12 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     target = Path(args.to or job.id).resolve()
     target.mkdir(parents=True, exist_ok=True)
     if job.manifest["kind"] == "train":
+        from hpcdl.follow import format_summary
+
         copied = [name for name in RESULT_FILES if (job.folder / name).is_file()]
         for name in copied:
             shutil.copy2(job.folder / name, target / name)
-        result = {k: v for k, v in result.items() if k != "config"}
-        print(json.dumps(result, indent=1))
+        print(format_summary(result))
         print(f"copied {', '.join(copied)} to {target}\n"
               f"load: model, info, summary = hpcdl.train.job.load_result({str(target)!r})")
     else:

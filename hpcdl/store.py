@@ -33,8 +33,9 @@ class UnsafeFolderError(HpcdlError):
 
 
 def store_root(configured: Optional[str] = None) -> Path:
-    """The store folder: the profile's, else $HPCDL_STORE, else ~/.hpcdl/jobs."""
-    return Path(configured or os.environ.get("HPCDL_STORE") or DEFAULT_ROOT).expanduser().resolve()
+    """The store folder: the profile's ($VARS and ~ expanded), else $HPCDL_STORE, else ~/.hpcdl/jobs."""
+    root = configured or os.environ.get("HPCDL_STORE") or str(DEFAULT_ROOT)
+    return Path(os.path.expandvars(root)).expanduser().resolve()
 
 
 def known_roots() -> list[Path]:

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from hpcdl.errors import HpcdlError
@@ -51,15 +50,13 @@ def main(argv: list[str]) -> int:
           f"  results:  python -m hpcdl.jobs fetch {job.id}")
     if not config.wait:
         return 0
-    from hpcdl.follow import follow
+    from hpcdl.follow import follow, format_summary
 
     state = follow(job)
     if state != "COMPLETED":
         print(f"job {job.id} ended {state}\n{job.error()}", file=sys.stderr)
         return 1
-    summary = job.result()
-    summary.pop("config", None)
-    print(json.dumps(summary, indent=1))
+    print(format_summary(job.result()))
     return 0
 
 
