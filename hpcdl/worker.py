@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -48,6 +49,20 @@ def _run_payload(folder: Path, manifest: dict[str, Any]) -> None:
         atomic_save(folder / RESULT_PICKLE, lambda out: cloudpickle.dump(result, out))
 
 
+def _enforce_local_time_limit(folder: Path, manifest: dict[str, Any]) -> None:
+    """Local jobs have no scheduler to end them: at the profile's time limit, record TIMEOUT and exit."""
+    from hpcdl.cluster.profile import time_limit_seconds
+
+    def expire() -> None:
+        write_status(folder, "TIMEOUT", ended_at=time.time(), reason=f"time limit {cluster['time']} reached")
+        os._exit(124)  # like timeout(1); nothing of the job's may run on
+
+    cluster = manifest["cluster"]
+    timer = threading.Timer(time_limit_seconds(cluster["time"]), expire)
+    timer.daemon = True
+    timer.start()
+
+
 def run_job(folder: str) -> None:
     """Run the job stored in ``folder``; its status file says how it went."""
     path = Path(folder)
@@ -56,6 +71,8 @@ def run_job(folder: str) -> None:
     if manifest is None:
         raise FileNotFoundError(f"{path / MANIFEST}: no manifest; not a job folder")
     lead = _rank() == 0
+    if manifest["cluster"]["backend"] == "local":
+        _enforce_local_time_limit(path, manifest)
     if lead:
         write_status(path, "RUNNING", started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
                      slurm_job_id=os.environ.get("SLURM_JOB_ID"),

@@ -81,6 +81,12 @@ def test_job_killed_without_a_result_is_failed_not_running(store: Path) -> None:
     assert "ended without a result" in job.refresh().reason
 
 
+def test_local_job_past_its_time_limit_ends_as_timeout(store: Path) -> None:
+    job = hpcdl.job.batch(time.sleep, 120, cluster="local", time="0:02")
+    assert job.wait(timeout=60) == "TIMEOUT"
+    assert "time limit 0:02 reached" in job.refresh().reason
+
+
 def test_bad_submission_leaves_nothing_behind(store: Path) -> None:
     for bad in (["cluster=nowhere"], ["cluster.time=forever"], ["training.mini_batch_size=0"],
                 ["cluster.python=/missing/python3"]):

@@ -26,8 +26,8 @@ def is_secret(name: str) -> bool:
     return any(word in name.upper() for word in SECRET_WORDS)
 
 
-def time_limit_minutes(text: str) -> int:
-    """Slurm's time formats (see TIME_FORMATS) to whole minutes, rounded up; ConfigError if malformed."""
+def time_limit_seconds(text: str) -> int:
+    """Slurm's time formats (see TIME_FORMATS) to seconds; ConfigError if malformed."""
     match = _TIME.match(text.strip())
     if not match:
         raise ConfigError(f"cluster.time: {text!r} is not a Slurm time limit; use one of "
@@ -45,7 +45,12 @@ def time_limit_minutes(text: str) -> int:
         total_seconds = parts[0] * 60
     if total_seconds <= 0:
         raise ConfigError(f"cluster.time: {text!r} must be longer than zero")
-    return -(-total_seconds // 60)
+    return total_seconds
+
+
+def time_limit_minutes(text: str) -> int:
+    """Slurm's time formats to whole minutes (sbatch's unit), rounded up."""
+    return -(-time_limit_seconds(text) // 60)
 
 
 @options("cluster")
