@@ -25,6 +25,9 @@ LOSSES = ("crossentropy", "mse")
 OUTPUT_NETWORKS = ("last-iteration", "best-validation-loss")
 PLOTS = ("none", "training-progress")
 FREQUENCY_UNITS = ("epoch", "iteration")
+BATCH_SCALINGS = ("global", "per_worker")
+LR_SCALINGS = ("none", "linear", "sqrt")
+COMMS = ("torch", "mpi")
 
 DEFAULT_LEARN_RATE = {"sgdm": 0.01, "adam": 0.001, "rmsprop": 0.001}
 DEFAULT_SQUARED_GRADIENT_DECAY = {"sgdm": 0.0, "adam": 0.999, "rmsprop": 0.9}
@@ -91,7 +94,17 @@ class TrainingOptions:
     execution_environment: str = "auto"
     """auto (a GPU when one is usable, else the CPU), cpu, gpu, multi-gpu or parallel."""
     gpus: Optional[List[int]] = None
-    """GPU indices to use, counted from 0 (MATLAB counts from 1); null: the first visible GPU."""
+    """GPU indices to use, counted from 0 (MATLAB counts from 1); null: the first visible GPU (gpu) or all (multi-gpu)."""
+    worker_load: Optional[List[float]] = None
+    """Each worker's share of every mini-batch (MATLAB's WorkerLoad), one entry per worker; 0: no computation."""
+    batch_scaling: str = "global"
+    """global: mini_batch_size is split across workers; per_worker: each computing worker takes mini_batch_size."""
+    lr_scaling: str = "none"
+    """none, linear or sqrt: scale the learning rate by (global batch / lr_reference_batch) (Goyal et al., 2017)."""
+    lr_reference_batch: Optional[int] = None
+    """The batch the learning rate was tuned for; null: mini_batch_size."""
+    comm: str = "torch"
+    """Gradient all-reduce: torch (DDP over NCCL or gloo) or mpi (mpi4py, bucketed and overlapped with backward)."""
     precision: str = "float32"
     """float32 (as MATLAB), or bf16 / fp16 mixed precision (autocast)."""
     channels_last: bool = False
@@ -114,6 +127,9 @@ class TrainingOptions:
             ("checkpoint_frequency_unit", FREQUENCY_UNITS),
             ("execution_environment", EXECUTION_ENVIRONMENTS),
             ("precision", PRECISIONS),
+            ("batch_scaling", BATCH_SCALINGS),
+            ("lr_scaling", LR_SCALINGS),
+            ("comm", COMMS),
         ):
             require_choice(self, name, allowed)
         for name in ("max_epochs", "mini_batch_size", "validation_frequency", "verbose_frequency",
@@ -138,6 +154,20 @@ class TrainingOptions:
             )
         patience = self.validation_patience
         require(self, "validation_patience", patience is None or patience >= 1, "a positive integer or null")
+        reference = self.lr_reference_batch
+        require(self, "lr_reference_batch", reference is None or reference >= 1, "a positive integer or null")
+        load = self.worker_load
+        if load is not None:
+            require(self, "worker_load", len(load) > 0 and min(load) >= 0, "a non-empty list of shares >= 0")
+            require(self, "worker_load", sum(load) > 0, "a list with at least one share above 0")
+            computing = sum(1 for share in load if share > 0)
+            if self.batch_scaling == "global" and self.mini_batch_size < computing:
+                raise ConfigError(f"training.mini_batch_size={self.mini_batch_size}: smaller than the "
+                                  f"{computing} computing workers of training.worker_load")
+        if self.comm == "mpi":
+            from hpcdl.dist.mpi import check_mpi_available
+
+            check_mpi_available()
         if self.gpus is not None:
             require(self, "gpus", len(self.gpus) > 0 and min(self.gpus) >= 0, "a non-empty list of indices >= 0")
             require(self, "gpus", len(set(self.gpus)) == len(self.gpus), "a list without repeats")

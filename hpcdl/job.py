@@ -114,8 +114,9 @@ class Job:
             return ""
 
     def error(self) -> str:
-        """The failure's traceback (from the job) or the tail of its stderr."""
-        return self._record.status.get("traceback") or _tail(self.log_path(0, "stderr"))
+        """The failure's traceback (from the job) and the tail of its stderr (srun names lost tasks there)."""
+        return "\n".join(part for part in (self._record.status.get("traceback", ""),
+                                            _tail(self.log_path(0, "stderr"))) if part)
 
     def cancel(self) -> None:
         """Cancel the job (no-op once it has ended)."""
@@ -149,7 +150,8 @@ class Job:
 
 
 def submit_job(kind: str, profile: ClusterConfig, name: str, *, config: Optional[dict[str, Any]] = None,
-               overrides: Sequence[str] = (), payload: Optional[tuple[Callable, tuple, dict]] = None) -> Job:
+               overrides: Sequence[str] = (), payload: Optional[tuple[Callable, tuple, dict]] = None,
+               world_size: int = 1, mpi: bool = False) -> Job:
     """Write the job into the store and hand it to the profile's backend; nothing stays if that fails."""
     backend = backend_for(profile.backend)
     backend.check(profile)
@@ -167,10 +169,10 @@ def submit_job(kind: str, profile: ClusterConfig, name: str, *, config: Optional
             "id": job_id, "name": name, "kind": kind, "profile": profile.name, "cluster": dataclasses.asdict(profile),
             "config": config, "overrides": [o for o in overrides if not is_secret(o.split("=")[0])],
             "submitted_at": time.time(), "submitted_from": {"cwd": os.getcwd(), "host": os.uname().nodename},
-            "git": _git_commit(Path.cwd()),
+            "git": _git_commit(Path.cwd()), "world_size": world_size, "mpi": mpi,
         }
         write_json(folder / MANIFEST, manifest)
-        manifest["backend_id"] = backend.submit(profile, folder, name)
+        manifest["backend_id"] = backend.submit(profile, folder, name, mpi)
         write_json(folder / MANIFEST, manifest)
     except BaseException:
         remove_job_folder(folder)

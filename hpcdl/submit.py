@@ -26,19 +26,22 @@ def main(argv: list[str]) -> int:
         return 2
     from hpcdl.cluster import backend_for
     from hpcdl.compose import compose_config, config_to_dict
+    from hpcdl.dist.plan import plan_workers
     from hpcdl.job import submit_job
     from hpcdl.store import store_root
 
     try:
         config = compose_config(argv)
-        profile = config.cluster
+        plan = plan_workers(config)
+        profile = plan.profile
         if config.dry_run:
             backend = backend_for(profile.backend)
             backend.check(profile)
-            print(backend.preview(profile, store_root(profile.store) / "<job id>", config.name), end="")
-            print("# dry run: nothing was submitted")
+            print(backend.preview(profile, store_root(profile.store) / "<job id>", config.name, plan.mpi), end="")
+            print(f"# {plan.world_size} worker(s); dry run: nothing was submitted")
             return 0
-        job = submit_job("train", profile, config.name, config=config_to_dict(config), overrides=argv)
+        job = submit_job("train", profile, config.name, config=config_to_dict(config), overrides=argv,
+                         world_size=plan.world_size, mpi=plan.mpi)
     except HpcdlError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

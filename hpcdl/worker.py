@@ -24,7 +24,17 @@ FUNCTION_FILE, RESULT_PICKLE = "function.pkl", "result.pkl"
 
 
 def _rank() -> int:
-    return int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0")))
+    """This process's rank, by the same precedence as hpcdl.dist.env.discover (MPI before Slurm)."""
+    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        if name in os.environ:
+            return int(os.environ[name])
+    return 0
+
+
+def _lead_rank(manifest: dict[str, Any]) -> int:
+    """The rank that reports the job's state: the first with a WorkerLoad above 0."""
+    load = ((manifest.get("config") or {}).get("training") or {}).get("worker_load")
+    return next(rank for rank, share in enumerate(load) if share > 0) if load else 0
 
 
 def _run_payload(folder: Path, manifest: dict[str, Any]) -> None:
@@ -63,6 +73,19 @@ def _enforce_local_time_limit(folder: Path, manifest: dict[str, Any]) -> None:
     timer.start()
 
 
+def _launch_ranks(path: Path, manifest: dict[str, Any]) -> None:
+    """Local multi-worker jobs: this process starts one rank per worker and names the one that fails."""
+    from hpcdl.dist.launch import launch_local
+
+    world = manifest["world_size"]
+    code, failure = launch_local([sys.executable, "-u", "-m", "hpcdl.worker", str(path)], world)
+    if code != 0:
+        own = read_json(path / "status.json") or {}
+        write_status(path, "FAILED", ended_at=time.time(),
+                     reason=failure + (f"; {own['reason']}" if own.get("reason") else ""))
+        sys.exit(1)
+
+
 def run_job(folder: str) -> None:
     """Run the job stored in ``folder``; its status file says how it went."""
     path = Path(folder)
@@ -70,8 +93,14 @@ def run_job(folder: str) -> None:
     manifest = read_json(path / MANIFEST)
     if manifest is None:
         raise FileNotFoundError(f"{path / MANIFEST}: no manifest; not a job folder")
-    lead = _rank() == 0
-    if manifest["cluster"]["backend"] == "local":
+    os.environ["HPCDL_JOB_FOLDER"] = str(path)
+    os.environ.setdefault("HPCDL_COLLECTIVE_TIMEOUT_S", str(manifest["cluster"].get("collective_timeout_s", 300)))
+    if manifest.get("world_size", 1) > 1 and manifest["cluster"]["backend"] == "local" and "RANK" not in os.environ:
+        _enforce_local_time_limit(path, manifest)
+        _launch_ranks(path, manifest)
+        return
+    lead = _rank() == _lead_rank(manifest)
+    if manifest["cluster"]["backend"] == "local" and "RANK" not in os.environ:
         _enforce_local_time_limit(path, manifest)
     if lead:
         write_status(path, "RUNNING", started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
@@ -80,9 +109,8 @@ def run_job(folder: str) -> None:
     try:
         _run_payload(path, manifest)
     except BaseException as e:
-        if lead:
-            write_status(path, "FAILED", ended_at=time.time(), reason=f"{type(e).__name__}: {e}",
-                         traceback=traceback.format_exc())
+        write_status(path, "FAILED", ended_at=time.time(), rank=_rank(),  # whichever rank fails says why
+                     reason=f"rank {_rank()}: {type(e).__name__}: {e}", traceback=traceback.format_exc())
         raise
     if lead:
         write_status(path, "COMPLETED", ended_at=time.time())

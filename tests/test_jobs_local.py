@@ -97,5 +97,5 @@ def test_bad_submission_leaves_nothing_behind(store: Path) -> None:
 
 def test_dry_run_prints_the_command_and_submits_nothing(store: Path) -> None:
     done = _cli("hpcdl.submit", "dry_run=true")
-    assert "-m hpcdl.worker" in done.stdout and "# dry run: nothing was submitted" in done.stdout
+    assert "-m hpcdl.worker" in done.stdout and "dry run: nothing was submitted" in done.stdout
     assert job_folders(store) == []

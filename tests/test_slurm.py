@@ -146,7 +146,7 @@ def test_dry_run_prints_the_sbatch_script_and_submits_nothing(store: Path) -> No
     before = _queue()
     done = _cli("hpcdl.submit", "cluster=slurm", "dry_run=true", "+cluster.env.NCCL_DEBUG=INFO")
     assert done.stdout.startswith("#!/bin/bash") and "#SBATCH --time=60" in done.stdout
-    assert "export NCCL_DEBUG=INFO" in done.stdout and "# dry run: nothing was submitted" in done.stdout
+    assert "export NCCL_DEBUG=INFO" in done.stdout and "dry run: nothing was submitted" in done.stdout
     assert not _queue() - before and job_folders(store) == []
 
 

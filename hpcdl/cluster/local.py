@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from hpcdl.cluster.profile import ClusterConfig, exported_environment
+from hpcdl.cluster.profile import ClusterConfig, exported_environment, job_environment
 from hpcdl.store import JobRecord
 
 KILL_AFTER_S = 10.0
@@ -42,9 +42,9 @@ class LocalBackend:
         return [os.path.expanduser(profile.python or sys.executable), "-u", "-m", "hpcdl.worker", str(folder)]
 
     def _environment(self, profile: ClusterConfig) -> dict[str, str]:
-        return {**exported_environment(profile), **profile.env, "PYTHONUNBUFFERED": "1"}
+        return {**exported_environment(profile), **job_environment(profile), "PYTHONUNBUFFERED": "1"}
 
-    def preview(self, profile: ClusterConfig, folder: Path, name: str) -> str:
+    def preview(self, profile: ClusterConfig, folder: Path, name: str, mpi: bool = False) -> str:
         """The command and environment the job would start with."""
         env = self._environment(profile)
         lines = [f"# local job {name!r}: a detached process on this machine", "# environment"]
@@ -52,7 +52,7 @@ class LocalBackend:
         lines += ["# command", shlex.join(self._command(profile, folder))]
         return "\n".join(lines) + "\n"
 
-    def submit(self, profile: ClusterConfig, folder: Path, name: str) -> str:
+    def submit(self, profile: ClusterConfig, folder: Path, name: str, mpi: bool = False) -> str:
         """Start the job; returns 'PID:START_TICKS'."""
         logs = folder / "logs"
         logs.mkdir(mode=0o700, exist_ok=True)

@@ -8,6 +8,7 @@ import shutil
 from dataclasses import field
 from typing import Dict, List, Optional
 
+from hpcdl.dist.network import NetworkConfig, network_environment
 from hpcdl.errors import ConfigError
 from hpcdl.options import check_types, options, require, require_choice
 
@@ -95,6 +96,12 @@ class ClusterConfig:
     """Variables copied from the submitting shell (an allow-list; never the whole environment)."""
     signal_delay_s: int = 120
     """Seconds before the time limit at which the job gets USR2 to checkpoint, >= 0."""
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    """NCCL / InfiniBand / GPUDirect settings for every rank (shown by dry_run)."""
+    collective_timeout_s: int = 300
+    """A collective that waits longer than this fails the job (a lost rank), >= 10."""
+    mpirun: List[str] = field(default_factory=lambda: ["mpirun"])
+    """How training.comm=mpi jobs start their ranks inside the allocation (Open MPI's mpirun reads Slurm's)."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -108,6 +115,8 @@ class ClusterConfig:
         require(self, "mem", self.mem is None or bool(_MEMORY.match(self.mem)),
                 "a Slurm memory size such as 4000, 512M or 16G")
         time_limit_minutes(self.time)
+        require(self, "collective_timeout_s", self.collective_timeout_s >= 10, ">= 10")
+        require(self, "mpirun", len(self.mpirun) > 0, "a command, e.g. [mpirun, --bind-to, none]")
         for name in list(self.env) + list(self.export):
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
                 raise ConfigError(f"cluster.env/export: {name!r} is not a variable name")
@@ -132,3 +141,9 @@ def exported_environment(profile: ClusterConfig, environ: Optional[Dict[str, str
     """The variables a job gets from the submitting shell: the allow-list, never a secret."""
     environ = dict(os.environ if environ is None else environ)
     return {name: environ[name] for name in profile.export if name in environ and not is_secret(name)}
+
+
+def job_environment(profile: ClusterConfig) -> Dict[str, str]:
+    """The variables hpcdl sets for every rank: the network block, the collective timeout, the profile's env."""
+    return {**network_environment(profile.network),
+            "HPCDL_COLLECTIVE_TIMEOUT_S": str(profile.collective_timeout_s), **profile.env}

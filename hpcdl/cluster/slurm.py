@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from hpcdl.cluster.profile import ClusterConfig, exported_environment, time_limit_minutes
+from hpcdl.cluster.profile import ClusterConfig, exported_environment, job_environment, time_limit_minutes
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.store import JobRecord
 
@@ -93,16 +93,19 @@ def partitions() -> dict[str, Partition]:
     return found
 
 
-def sbatch_parameters(profile: ClusterConfig, name: str) -> dict[str, Any]:
-    """submitit's SlurmExecutor parameters for ``profile``: the whole schema of the script."""
+def sbatch_parameters(profile: ClusterConfig, name: str, mpi: bool = False) -> dict[str, Any]:
+    """submitit's SlurmExecutor parameters for ``profile``: the whole schema of the script.
+
+    With ``mpi`` the ranks are started by the profile's mpirun inside the allocation instead of srun.
+    """
     exported = sorted(exported_environment(profile))
     setup = list(profile.setup)
-    setup += [f"export {key}={shlex.quote(value)}" for key, value in sorted(profile.env.items())]
+    setup += [f"export {key}={shlex.quote(value)}" for key, value in sorted(job_environment(profile).items())]
     setup.append("export SLURM_EXPORT_ENV=ALL  # srun passes this script's environment to every rank")
     parameters: dict[str, Any] = {
         "job_name": name, "time": profile.time_minutes, "nodes": profile.nodes,
         "ntasks_per_node": profile.tasks_per_node, "signal_delay_s": profile.signal_delay_s,
-        "setup": setup, "srun_args": ["--kill-on-bad-exit=1"],
+        "setup": setup, "srun_args": ["--kill-on-bad-exit=1"], "use_srun": not mpi,
         "additional_parameters": {"export": ",".join(exported) or "NONE", **profile.sbatch_extra},
     }
     optional = {"partition": profile.partition, "account": profile.account, "qos": profile.qos,
@@ -112,17 +115,19 @@ def sbatch_parameters(profile: ClusterConfig, name: str) -> dict[str, Any]:
     return parameters
 
 
-def _python(profile: ClusterConfig) -> str:
-    return shlex.quote(os.path.expanduser(profile.python)) if profile.python else shlex.quote(sys.executable)
+def _python(profile: ClusterConfig, mpi: bool = False) -> str:
+    """The job's python, behind the profile's mpirun when MPI starts the ranks."""
+    python = shlex.quote(os.path.expanduser(profile.python)) if profile.python else shlex.quote(sys.executable)
+    return f"{shlex.join(profile.mpirun)} {python}" if mpi else python
 
 
-def sbatch_script(profile: ClusterConfig, folder: Path, name: str) -> str:
+def sbatch_script(profile: ClusterConfig, folder: Path, name: str, mpi: bool = False) -> str:
     """The exact sbatch script submitit writes for a job in ``folder``."""
     from submitit.slurm.slurm import _make_sbatch_string
 
     logs = folder / "slurm"
-    command = " ".join([_python(profile), "-u -m submitit.core._submit", shlex.quote(str(logs))])
-    return _make_sbatch_string(command=command, folder=logs, **sbatch_parameters(profile, name))
+    command = " ".join([_python(profile, mpi), "-u -m submitit.core._submit", shlex.quote(str(logs))])
+    return _make_sbatch_string(command=command, folder=logs, **sbatch_parameters(profile, name, mpi))
 
 
 class SlurmBackend:
@@ -160,22 +165,22 @@ class SlurmBackend:
         if limit is not None and profile.time_minutes > limit:
             raise ConfigError(f"cluster.time={profile.time}: {where} allows at most {limit} minutes")
 
-    def preview(self, profile: ClusterConfig, folder: Path, name: str) -> str:
+    def preview(self, profile: ClusterConfig, folder: Path, name: str, mpi: bool = False) -> str:
         """The sbatch script and the variables that travel with the job."""
         env = exported_environment(profile)
-        lines = [sbatch_script(profile, folder, name).rstrip("\n"), "",
+        lines = [sbatch_script(profile, folder, name, mpi).rstrip("\n"), "",
                  "# variables copied from the submitting shell (--export allow-list):"]
         lines += [f"#   {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
         return "\n".join(lines) + "\n"
 
-    def submit(self, profile: ClusterConfig, folder: Path, name: str) -> str:
+    def submit(self, profile: ClusterConfig, folder: Path, name: str, mpi: bool = False) -> str:
         """sbatch the job through submitit; returns Slurm's job id."""
         import submitit
 
         from hpcdl.worker import run_job
 
-        executor = submitit.SlurmExecutor(folder=folder / "slurm", python=_python(profile), max_num_timeout=0)
-        executor.update_parameters(**sbatch_parameters(profile, name))
+        executor = submitit.SlurmExecutor(folder=folder / "slurm", python=_python(profile, mpi), max_num_timeout=0)
+        executor.update_parameters(**sbatch_parameters(profile, name, mpi))
         try:
             with _outside_any_job():
                 job = executor.submit(run_job, str(folder))

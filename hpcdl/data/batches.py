@@ -47,16 +47,15 @@ def classes_of(data: Any) -> Optional[list[str]]:
     return list(classes) if classes is not None else None
 
 
-def iterate_batches(data: Dataset, order: torch.Tensor, batch_size: int, device: torch.device,
+def iterate_batches(data: Dataset, chunks: Sequence[torch.Tensor], device: torch.device,
                     memory_format: torch.memory_format = torch.contiguous_format) -> Iterator[Batch]:
-    """Yield (x, y) batches of ``batch_size`` over ``order`` (the last one may be short), on ``device``."""
+    """Yield one (x, y) batch per chunk of indices, on ``device``; only those observations are read."""
     pin = device.type == "cuda"
     if isinstance(data, TensorPair):
-        chunks = ((data.x[i], data.y[i]) for i in order.split(batch_size))
+        batches = ((data.x[i], data.y[i]) for i in chunks)
     else:
-        batch_sampler = [chunk.tolist() for chunk in order.split(batch_size)]
-        chunks = iter(DataLoader(data, batch_sampler=batch_sampler, pin_memory=pin))
-    for x, y in chunks:
+        batches = iter(DataLoader(data, batch_sampler=[chunk.tolist() for chunk in chunks], pin_memory=pin))
+    for x, y in batches:
         if x.ndim == 4 and memory_format is not torch.contiguous_format:
             x = x.contiguous(memory_format=memory_format)
         yield x.to(device, non_blocking=pin), y.to(device, non_blocking=pin)

@@ -30,10 +30,7 @@ def choose_device(options: TrainingOptions) -> DeviceChoice:
     """Resolve auto / cpu / gpu to one device; a GPU asked for and missing is an error."""
     env = options.execution_environment
     if env in ("multi-gpu", "parallel"):
-        raise ConfigError(
-            f"training.execution_environment={env}: one process per worker is started by the "
-            "distributed launcher, which this version of hpcdl does not have yet; use auto, cpu or gpu"
-        )
+        return _worker_device(options)
     if env == "cpu":
         return DeviceChoice(torch.device("cpu"), "execution_environment=cpu")
     count = usable_gpu_count()
@@ -51,3 +48,23 @@ def choose_device(options: TrainingOptions) -> DeviceChoice:
                           "execution_environment=multi-gpu; gpu and auto use one")
     name = torch.cuda.get_device_name(index)
     return DeviceChoice(torch.device("cuda", index), f"execution_environment={env}: GPU {index} ({name})")
+
+
+def _worker_device(options: TrainingOptions) -> DeviceChoice:
+    """One worker of a multi-gpu or parallel run: its GPU by local rank, or the CPU where none."""
+    from hpcdl.dist.context import discover_local, rank_device
+
+    env, count = options.execution_environment, usable_gpu_count()
+    if count == 0:
+        if env == "multi-gpu":
+            raise ConfigError("training.execution_environment=multi-gpu: no usable CUDA GPU on this machine")
+        return DeviceChoice(torch.device("cpu"), "execution_environment=parallel on a node without GPUs: "
+                                                 "a CPU worker (gloo)")
+    local = discover_local()
+    index = rank_device(options, local)
+    if index >= count:
+        raise ConfigError(f"training.gpus: local rank {local.local_rank} needs GPU {index}, but this node "
+                          f"has {count} (indices 0..{count - 1})")
+    torch.cuda.set_device(index)
+    return DeviceChoice(torch.device("cuda", index),
+                        f"execution_environment={env}: GPU {index} ({torch.cuda.get_device_name(index)})")

@@ -46,7 +46,10 @@ def network_for(model: ModelConfig, shape: dict[str, Any]) -> nn.Module:
 
 
 def run_training(config: Config, folder: str | Path) -> dict[str, Any]:
-    """Train as ``config`` says, write every result into ``folder``, return the summary."""
+    """Train as ``config`` says, write every result into ``folder``, return the summary.
+
+    In a distributed run only the lead worker writes (and returns) the summary; the others return {}.
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     options = dataclasses.replace(
@@ -61,6 +64,8 @@ def run_training(config: Config, folder: str | Path) -> dict[str, Any]:
     model = network_for(config.model, shape)
     model, info = train_network(train_set, model, options,
                                 validation_data=validation_set if len(validation_set) else None)
+    if not info.writer:
+        return {}
     atomic_save(folder / MODEL_FILE, lambda f: torch.save(model.state_dict(), f))
     atomic_write_text(folder / INFO_FILE, json.dumps(dataclasses.asdict(info)))
     final = info.final_validation or {}

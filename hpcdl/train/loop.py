@@ -10,14 +10,19 @@ import numpy as np
 import torch
 from torch import nn
 
+import dataclasses
+
 from hpcdl.config import TrainingOptions
 from hpcdl.data.batches import as_dataset, classes_of, iterate_batches
+from hpcdl.dist.context import DistContext, init_context
+from hpcdl.dist.shares import global_batch, shares
 from hpcdl.errors import ConfigError
 from hpcdl.train.checkpoint import load_latest_checkpoint, save_checkpoint
 from hpcdl.train.device import choose_device
 from hpcdl.train.progress import Callback, Progress, TrainingInfo
-from hpcdl.train.schedule import learn_rate_at
-from hpcdl.train.steps import autocast, clip_gradients, correct_count, evaluate, make_loss, make_optimizer
+from hpcdl.train.schedule import learn_rate_at, scaled_learn_rate
+from hpcdl.train.steps import (autocast, clip_gradients, correct_count, evaluate_totals, make_loss, make_optimizer,
+                               validation_record)
 
 
 def seed_everything(seed: Optional[int]) -> None:
@@ -35,6 +40,34 @@ def epoch_order(options: TrainingOptions, count: int, epoch: int, shuffle_seed: 
     generator = torch.Generator()
     generator.manual_seed(shuffle_seed if options.shuffle == "once" else shuffle_seed * 100_003 + epoch)
     return torch.randperm(count, generator=generator)
+
+
+def epoch_chunks(order: torch.Tensor, batch: int, context: DistContext) -> tuple[list[torch.Tensor], list[int]]:
+    """This rank's indices of each global batch, and each global batch's size.
+
+    Global batches too small to give every computing worker a sample are skipped by all ranks.
+    """
+    local, totals = [], []
+    for chunk in order.split(batch):
+        if sum(shares(len(chunk), context.loads)) == 0:
+            continue
+        local.append(context.local_chunk(chunk))
+        totals.append(len(chunk))
+    return local, totals
+
+
+def _effective_options(options: TrainingOptions, context: DistContext) -> tuple[TrainingOptions, int]:
+    """Options with the scaled learning rate, and the global batch, as the run reports them."""
+    batch = global_batch(options.mini_batch_size, context.loads, options.batch_scaling)
+    effective = dataclasses.replace(options, initial_learn_rate=scaled_learn_rate(options, batch))
+    if not context.lead:
+        effective = dataclasses.replace(effective, verbose=False, output_dir=None, plots="none")
+    if context.distributed and context.lead and options.verbose:
+        per_worker = shares(batch, context.loads)
+        print(f"[hpcdl] {len(context.computing)} computing worker(s) of {context.env.world_size}; global "
+              f"mini-batch {batch}, per worker {per_worker}; learning rate {effective.learn_rate:.6g} "
+              f"(lr_scaling={options.lr_scaling}); comm={options.comm}", flush=True)
+    return effective, batch
 
 
 def _check_inputs(options: Any, has_validation: bool) -> None:
@@ -62,17 +95,28 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
     train_set = as_dataset(data, "data")
     val_set = as_dataset(validation_data, "validation_data") if validation_data is not None else None
     choice = choose_device(options)
-    device, batch = choice.device, options.mini_batch_size
+    device = choice.device
     seed_everything(options.seed)
+    context = init_context(options, device)
+    options, batch = _effective_options(options, context)
     memory_format = torch.channels_last if options.channels_last else torch.contiguous_format
     model = model.to(device, memory_format=memory_format)
+    info = TrainingInfo(device=f"{device} ({choice.reason})", classes=classes_of(data), writer=context.lead)
+    if not context.computes:  # WorkerLoad 0: this worker does no training computation
+        context.close()
+        info.stop_reason = "no-load"
+        return model, info
     optimizer = make_optimizer(model, options)
     scaler = torch.amp.GradScaler(device.type, enabled=options.precision == "fp16")
-    forward = torch.compile(model) if options.compile else model
+    wrapped = context.wrap(model)
+    forward = torch.compile(wrapped) if options.compile else wrapped
     loss_fn, cast = make_loss(options), autocast(options, device)
     classification = options.loss == "crossentropy"
-    per_epoch = math.ceil(len(train_set) / batch)
-    info = TrainingInfo(device=f"{device} ({choice.reason})", classes=classes_of(data))
+    per_epoch = len(epoch_chunks(torch.arange(len(train_set)), batch, context)[1])
+    if per_epoch == 0:
+        raise ConfigError(f"data: {len(train_set)} observations cannot give each of the "
+                          f"{len(context.computing)} computing workers a sample")
+    val_indices = context.local_chunk(torch.arange(len(val_set))) if val_set is not None else None
 
     iteration, elapsed_before, best_loss, bad_validations, best_weights = 0, 0.0, math.inf, 0, None
     shuffle_seed = options.seed if options.seed is not None else int(torch.randint(2**31, ()).item())
@@ -94,6 +138,8 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
 
     def checkpoint() -> None:
         progress.flush()
+        if not context.lead:
+            return
         save_checkpoint(options.checkpoint_path, iteration, {
             "iteration": iteration, "elapsed_s": progress.elapsed(), "model": model.state_dict(),
             "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
@@ -105,8 +151,8 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
 
     def validate(epoch: int) -> dict[str, Any]:
         nonlocal best_loss, bad_validations, best_weights
-        result = {"epoch": epoch, "iteration": iteration,
-                  **evaluate(forward, val_set, options, device, memory_format)}
+        totals = context.all_sum(evaluate_totals(forward, val_set, val_indices, options, device, memory_format))
+        result = {"epoch": epoch, "iteration": iteration, **validation_record(totals, options)}
         if result["loss"] < best_loss:
             best_loss, bad_validations = result["loss"], 0
             if options.output_network == "best-validation-loss":
@@ -120,9 +166,10 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
     reason = "max-epochs"
     model.train()
     for epoch in range(iteration // per_epoch, options.max_epochs):
-        skip = (iteration - epoch * per_epoch) * batch  # batches already done before a resume
-        order = epoch_order(options, len(train_set), epoch, shuffle_seed)[skip:]
-        for x, y in iterate_batches(train_set, order, batch, device, memory_format):
+        chunks, totals = epoch_chunks(epoch_order(options, len(train_set), epoch, shuffle_seed), batch, context)
+        skip = iteration - epoch * per_epoch  # batches already done before a resume
+        batches = iterate_batches(train_set, chunks[skip:], device, memory_format)
+        for (x, y), total in zip(batches, totals[skip:]):
             learn_rate = learn_rate_at(options, iteration, per_epoch)
             for group in optimizer.param_groups:
                 group["lr"] = learn_rate
@@ -130,7 +177,8 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
                 out = forward(x)
                 loss = loss_fn(out, y)
             optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
+            scaler.scale(loss * context.loss_scale(len(y), total)).backward()
+            context.finish_gradients()
             if options.gradient_clip != "none":
                 scaler.unscale_(optimizer)
                 clip_gradients(model, options)
@@ -140,6 +188,8 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
             progress.step(epoch + 1, iteration, learn_rate, loss, correct_count(out, y, classification), len(y))
             due = val_set is not None and iteration % options.validation_frequency == 0
             stop = progress.end_iteration(validate(epoch + 1) if due else None)
+            if callbacks and context.distributed:
+                stop = context.any_true(stop, device)  # a stop asked on any worker stops them all
             if every_iterations and iteration % options.checkpoint_frequency == 0:
                 checkpoint()
             patience = options.validation_patience
@@ -159,5 +209,6 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
     if best_weights is not None:
         model.load_state_dict(best_weights)
     progress.finish(reason)
+    context.close()
     model.eval()
     return model, info

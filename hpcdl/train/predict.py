@@ -31,7 +31,8 @@ def predict(model: nn.Module, data: Any, options: Optional[TrainingOptions] = No
     cast = autocast(options, device)
     dataset = _inputs(data)
     outputs = []
-    for x, _ in iterate_batches(dataset, torch.arange(len(dataset)), options.mini_batch_size, device, memory_format):
+    for x, _ in iterate_batches(dataset, torch.arange(len(dataset)).split(options.mini_batch_size), device,
+                                memory_format):
         with cast():
             outputs.append(model(x).float())
     return torch.cat(outputs).cpu()

@@ -42,11 +42,13 @@ class TrainingInfo:
     validation_history: list[Record] = field(default_factory=list)
     """One record per validation: epoch, iteration, time_s, loss, accuracy."""
     stop_reason: str = ""
-    """max-epochs, validation-patience or callback."""
+    """max-epochs, validation-patience, callback, or no-load (a worker with WorkerLoad 0)."""
     device: str = ""
     """The device trained on and why it was chosen."""
     classes: Optional[list[str]] = None
     """Class names of the training data, when it carries them."""
+    writer: bool = True
+    """Whether this process writes the run's files (the lead worker of a distributed run)."""
 
     @property
     def final_validation(self) -> Optional[Record]:

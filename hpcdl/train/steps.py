@@ -58,22 +58,25 @@ def correct_count(out: torch.Tensor, y: torch.Tensor, classification: bool) -> O
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: Dataset, options: TrainingOptions, device: torch.device,
-             memory_format: torch.memory_format) -> dict[str, Optional[float]]:
-    """Mean loss and accuracy of ``model`` over ``data``, in eval mode, one sync at the end."""
+def evaluate_totals(model: nn.Module, data: Dataset, indices: torch.Tensor, options: TrainingOptions,
+                    device: torch.device, memory_format: torch.memory_format) -> torch.Tensor:
+    """[loss sum, correct, count] of ``model`` over ``data[indices]``, in eval mode, without a sync."""
     was_training = model.training
     model.eval()
     loss_fn, cast = make_loss(options), autocast(options, device)
-    classification = options.loss == "crossentropy"
-    total_loss = torch.zeros((), device=device)
-    total_correct = torch.zeros((), device=device, dtype=torch.long)
-    order = torch.arange(len(data))
-    for x, y in iterate_batches(data, order, options.mini_batch_size, device, memory_format):
+    totals = torch.zeros(3, device=device, dtype=torch.float64)
+    for x, y in iterate_batches(data, indices.split(options.mini_batch_size), device, memory_format):
         with cast():
             out = model(x)
-            total_loss += loss_fn(out.float(), y) * len(y)
-        if classification:
-            total_correct += correct_count(out, y, True)
+            totals[0] += loss_fn(out.float(), y).double() * len(y)
+        if options.loss == "crossentropy":
+            totals[1] += correct_count(out, y, True)
+        totals[2] += len(y)
     model.train(was_training)
-    n = len(data)
-    return {"loss": total_loss.item() / n, "accuracy": total_correct.item() / n if classification else None}
+    return totals
+
+
+def validation_record(totals: torch.Tensor, options: TrainingOptions) -> dict[str, Optional[float]]:
+    """Mean loss and accuracy from summed totals (one sync)."""
+    loss_sum, correct, count = totals.tolist()
+    return {"loss": loss_sum / count, "accuracy": correct / count if options.loss == "crossentropy" else None}

@@ -1,0 +1,176 @@
+"""One training process's distributed context: its rank, share of each batch, and how gradients meet.
+
+Built once by train_network. A single process gets a context of one worker and
+no communication, so the loop has one code path.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from hpcdl.config import TrainingOptions
+from hpcdl.dist.env import DistEnv, discover
+from hpcdl.dist.shares import shares, worker_loads
+
+DEFAULT_TIMEOUT_S = 300
+
+
+@dataclass
+class DistContext:
+    """Where this process stands among the workers of one training run."""
+
+    env: DistEnv
+    loads: list[float]
+    comm: str
+    group: Any = None
+    """The torch process group of the computing workers (comm=torch, several workers)."""
+    mpi_comm: Any = None
+    """The MPI communicator of the computing workers (comm=mpi)."""
+    reducer: Any = field(default=None, repr=False)
+
+    @property
+    def distributed(self) -> bool:
+        return self.env.world_size > 1
+
+    @property
+    def computing(self) -> list[int]:
+        """Ranks with a load above 0."""
+        return [r for r, load in enumerate(self.loads) if load > 0]
+
+    @property
+    def computes(self) -> bool:
+        return self.loads[self.env.rank] > 0
+
+    @property
+    def lead(self) -> bool:
+        """The first computing rank: it prints, writes the metrics, plot and checkpoints."""
+        return self.env.rank == self.computing[0]
+
+    def local_chunk(self, chunk: torch.Tensor) -> torch.Tensor:
+        """This rank's part of one global batch of indices (empty when the batch is too small to split)."""
+        counts = shares(len(chunk), self.loads)
+        start = sum(counts[: self.env.rank])
+        return chunk[start:start + counts[self.env.rank]]
+
+    def loss_scale(self, local: int, total: int) -> float:
+        """Factor on this rank's mean loss so that the reduced gradient is the mean over the global batch."""
+        if not self.distributed:
+            return 1.0
+        scale = local / total
+        return scale * len(self.computing) if self.comm == "torch" else scale  # DDP averages; MPI sums
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """DDP over the computing group (comm=torch), or hooks for the MPI reducer; the model itself alone."""
+        if not self.distributed:
+            return model
+        if self.comm == "mpi":
+            from hpcdl.dist.allreduce import MpiGradientReducer
+
+            _broadcast_parameters(model, self.mpi_comm)
+            self.reducer = MpiGradientReducer(model, self.mpi_comm)
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        device_ids = [model_device(model).index] if model_device(model).type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids, process_group=self.group,
+                                       broadcast_buffers=True)
+
+    def finish_gradients(self) -> None:
+        """After backward: wait for the MPI all-reduce (DDP has already reduced)."""
+        if self.reducer is not None:
+            self.reducer.finish()
+
+    def all_sum(self, values: torch.Tensor) -> torch.Tensor:
+        """Sum a small tensor over the computing workers (validation totals)."""
+        if not self.distributed:
+            return values
+        if self.comm == "mpi":
+            host = values.detach().double().cpu().numpy()
+            self.mpi_comm.Allreduce(self.mpi_module().IN_PLACE, host, op=self.mpi_module().SUM)
+            return torch.from_numpy(host).to(values.device, values.dtype)
+        torch.distributed.all_reduce(values, group=self.group)
+        return values
+
+    def any_true(self, flag: bool, device: torch.device) -> bool:
+        """True on every computing worker if ``flag`` is true on any (a callback's stop)."""
+        return bool(self.all_sum(torch.tensor([float(flag)], device=device)).item() > 0)
+
+    @staticmethod
+    def mpi_module() -> Any:
+        from mpi4py import MPI
+
+        return MPI
+
+    def close(self) -> None:
+        """Leave the process group (a barrier first, so no rank tears down under another)."""
+        if self.distributed and self.comm == "torch" and torch.distributed.is_initialized():
+            torch.distributed.barrier()
+            torch.distributed.destroy_process_group()
+        elif self.distributed and self.comm == "mpi":
+            from hpcdl.dist.mpi import world
+
+            world().Barrier()
+
+
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _broadcast_parameters(model: nn.Module, comm: Any) -> None:
+    """Give every worker the lead's initial weights (DDP does this itself)."""
+    with torch.no_grad():
+        for tensor in list(model.parameters()) + list(model.buffers()):
+            host = tensor.detach().cpu().contiguous().numpy().copy()
+            comm.Bcast(host, root=0)
+            tensor.copy_(torch.from_numpy(host))
+
+
+def init_context(options: TrainingOptions, device: torch.device) -> DistContext:
+    """Discover the ranks, join them (NCCL on GPUs, gloo on CPUs, or MPI) and log this rank once."""
+    env = discover()
+    loads = worker_loads(env.world_size, options.worker_load)
+    context = DistContext(env, loads, options.comm)
+    if env.world_size == 1:
+        return context
+    timeout = datetime.timedelta(seconds=float(os.environ.get("HPCDL_COLLECTIVE_TIMEOUT_S", DEFAULT_TIMEOUT_S)))
+    if options.comm == "mpi":
+        from hpcdl.dist.mpi import world
+
+        comm = world()
+        context.mpi_comm = comm.Split(1 if loads[env.rank] > 0 else context.mpi_module().UNDEFINED, env.rank)
+    else:
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # a lost peer ends the job, not hangs
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        torch.distributed.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}",
+                                             rank=env.rank, world_size=env.world_size, timeout=timeout,
+                                             device_id=device if device.type == "cuda" else None)
+        computing = context.computing
+        context.group = (torch.distributed.new_group(computing, timeout=timeout)
+                         if len(computing) < env.world_size else torch.distributed.group.WORLD)
+    print(f"[hpcdl] rank {env.rank}/{env.world_size} (local {env.local_rank}) on {socket.gethostname()}, "
+          f"device {device}, load {loads[env.rank]:g}, via {env.source}", flush=True)
+    return context
+
+
+def rank_device(options: TrainingOptions, env: Optional[DistEnv] = None) -> Optional[int]:
+    """The GPU index a rank of a multi-GPU run uses: training.gpus[local rank], else the local rank."""
+    env = env or discover_local()
+    return options.gpus[env.local_rank] if options.gpus else env.local_rank
+
+
+def discover_local() -> DistEnv:
+    """Local rank and size without any rendezvous (for choosing a device before joining)."""
+    e = os.environ
+    for rank_var, size_var in (("LOCAL_RANK", "LOCAL_WORLD_SIZE"), ("OMPI_COMM_WORLD_LOCAL_RANK",
+                                                                      "OMPI_COMM_WORLD_LOCAL_SIZE"),
+                               ("SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")):
+        if rank_var in e:
+            return DistEnv(0, 1, int(e[rank_var]), int(e.get(size_var, "1").split("(")[0]), "", 0, "local")
+    return DistEnv(0, 1, 0, 1, "", 0, "single")

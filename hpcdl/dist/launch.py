@@ -1,0 +1,56 @@
+"""The local launcher: one process per worker on this machine, torchrun-style, failing fast.
+
+Every rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
+MASTER_PORT. When one rank exits with an error or a signal, the others are
+terminated at once and the launcher names that rank.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Optional, Sequence
+
+from hpcdl.dist.env import free_port
+
+POLL_S = 0.1
+TERMINATE_WAIT_S = 10.0
+
+
+def launch_local(command: Sequence[str], nprocs: int, env: Optional[dict[str, str]] = None) -> tuple[int, str]:
+    """Run ``command`` as ``nprocs`` ranks; returns (0, "") or (1, which rank failed and how)."""
+    port = str(free_port())
+    processes = []
+    for rank in range(nprocs):
+        rank_env = {**os.environ, **(env or {}), "RANK": str(rank), "WORLD_SIZE": str(nprocs),
+                    "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(nprocs), "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": port}
+        processes.append(subprocess.Popen(list(command), env=rank_env))
+    forward = lambda signum, _frame: [p.send_signal(signum) for p in processes if p.poll() is None]  # noqa: E731
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGUSR2)}
+    try:
+        while True:
+            codes = [p.poll() for p in processes]
+            failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+            if failed:
+                break
+            if all(code == 0 for code in codes):
+                return 0, ""
+            time.sleep(POLL_S)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    for process in processes:  # fail fast: the survivors would wait on a lost peer
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + TERMINATE_WAIT_S
+    for process in processes:
+        try:
+            process.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+    rank, code = failed[0]
+    how = f"was killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+    return 1, f"rank {rank} of {nprocs} (pid {processes[rank].pid}) {how}"

@@ -1,0 +1,59 @@
+"""The cluster profile's network block: NCCL / InfiniBand / GPUDirect settings for every rank.
+
+MATLAB's PARALLEL_SERVER_FAST_MULTINODE_GPU_COMMUNICATION becomes
+``fast_multinode_gpu``; the rest are NCCL's own variables. NVLink multicast
+(NCCL_NVLS_ENABLE) stays off: hpcdl never sets it to 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Dict, Optional
+
+from hpcdl.errors import ConfigError
+from hpcdl.options import check_types, options, require_choice
+
+DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
+
+
+@options("cluster.network")
+class NetworkConfig:
+    """How ranks talk across nodes."""
+
+    fast_multinode_gpu: bool = True
+    """NCCL over InfiniBand with GPUDirect RDMA where present; false: sockets only (IB and GDR off)."""
+    socket_ifname: Optional[str] = None
+    """NCCL_SOCKET_IFNAME: interfaces for bootstrap and socket transport (e.g. ib0, ^lo,docker)."""
+    ib_hca: Optional[str] = None
+    """NCCL_IB_HCA: InfiniBand adapters to use (e.g. mlx5_0,mlx5_1)."""
+    ib_disable: Optional[bool] = None
+    """NCCL_IB_DISABLE; null leaves NCCL's default."""
+    net_gdr_level: Optional[str] = None
+    """NCCL_NET_GDR_LEVEL (LOC, PIX, PXB, PHB, SYS)."""
+    debug: Optional[str] = None
+    """NCCL_DEBUG: VERSION, WARN, INFO or TRACE."""
+    extra: Dict[str, str] = field(default_factory=dict)
+    """Any further variables for every rank (NCCL_*, UCX_*, FI_*)."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        if self.debug is not None:
+            require_choice(self, "debug", DEBUG_LEVELS)
+        if self.extra.get("NCCL_NVLS_ENABLE", "0") != "0":
+            raise ConfigError("cluster.network.extra: NCCL_NVLS_ENABLE must stay 0 (NVLink multicast can take "
+                              "shared GPUs out of service)")
+
+
+def network_environment(network: NetworkConfig) -> dict[str, str]:
+    """The variables the network block sets for every rank."""
+    env = {"NCCL_NVLS_ENABLE": "0"}
+    if not network.fast_multinode_gpu:
+        env.update(NCCL_IB_DISABLE="1", NCCL_NET_GDR_LEVEL="LOC")
+    for name, value in (("NCCL_SOCKET_IFNAME", network.socket_ifname), ("NCCL_IB_HCA", network.ib_hca),
+                        ("NCCL_NET_GDR_LEVEL", network.net_gdr_level), ("NCCL_DEBUG", network.debug)):
+        if value is not None:
+            env[name] = value
+    if network.ib_disable is not None:
+        env["NCCL_IB_DISABLE"] = "1" if network.ib_disable else "0"
+    env.update(network.extra)
+    return env
