@@ -114,9 +114,11 @@ class Job:
             return ""
 
     def error(self) -> str:
-        """The failure's traceback (from the job) and the tail of its stderr (srun names lost tasks there)."""
-        return "\n".join(part for part in (self._record.status.get("traceback", ""),
-                                            _tail(self.log_path(0, "stderr"))) if part)
+        """What the scheduler said of failed tasks (srun names a lost rank), the traceback, the stderr tail."""
+        stderr = _tail(self.log_path(0, "stderr"), lines=200)
+        tasks = "\n".join(line for line in stderr.splitlines() if line.startswith("srun: error:"))
+        traceback = self._record.status.get("traceback", "")
+        return "\n".join(part for part in (tasks, traceback or "\n".join(stderr.splitlines()[-30:])) if part)
 
     def cancel(self) -> None:
         """Cancel the job (no-op once it has ended)."""

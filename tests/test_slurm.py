@@ -57,8 +57,8 @@ def square(x: float) -> float:
     return x * x
 
 
-def read_variable(name: str) -> str | None:
-    return os.environ.get(name)
+def read_variables(*names: str) -> list[str | None]:
+    return [os.environ.get(name) for name in names]
 
 
 def fail() -> None:
@@ -133,10 +133,11 @@ def test_hostile_job_name_is_submitted_verbatim_and_runs_nothing(store: Path, tm
     assert not marker.exists()
 
 
-def test_secrets_stay_out_of_the_job_and_the_store(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_allow_listed_variables_travel_and_secrets_stay_out(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-123")
-    job = hpcdl.job.batch(read_variable, "MY_SERVICE_TOKEN", cluster="slurm", time="00:05:00")
-    assert job.result(timeout=180) is None
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    job = hpcdl.job.batch(read_variables, "MY_SERVICE_TOKEN", "LANG", cluster="slurm", time="00:05:00")
+    assert job.result(timeout=180) == [None, "C.UTF-8"]  # the allow-list travels, the token does not
     for path in job.folder.rglob("*"):
         if path.is_file():
             assert b"tok-123" not in path.read_bytes(), path
@@ -154,7 +155,7 @@ def test_dry_run_prints_the_sbatch_script_and_submits_nothing(store: Path) -> No
     (["cluster=nosuchcluster"], "Could not find 'cluster/nosuchcluster'"),
     (["cluster.partition=gpu"], "cluster.partition: 'gpu' is not a partition of this cluster; choose one of debug"),
     (["cluster.gpus_per_node=2"], "cluster.gpus_per_node=2: the nodes of partition debug offer at most 0 GPU(s)"),
-    (["cluster.nodes=3"], "cluster.nodes=3: partition debug has 2 node(s)"),
+    (["cluster.nodes=3", "training.execution_environment=parallel"], "cluster.nodes=3: partition debug has 2 node(s)"),
     (["cluster.time=1.5h"], "cluster.time: '1.5h' is not a Slurm time limit"),
     (["cluster.python=/opt/none/bin/python"], "cluster.python: '/opt/none/bin/python' is not an executable"),
     (["cluster.cpus_per_task=64"], "the nodes of partition debug have 4 CPUs"),
@@ -172,3 +173,40 @@ def test_sbatch_refusal_removes_the_job_folder(store: Path) -> None:
     done = _cli("hpcdl.submit", "cluster=slurm", "+cluster.sbatch_extra.begin=not-a-time", check=False)
     assert done.returncode == 2 and "sbatch refused the job" in done.stderr
     assert job_folders(store) == []
+
+
+MPIRUN_LOOPBACK = "cluster.mpirun=[mpirun,--mca,btl,self\\,tcp,--mca,btl_tcp_if_include,lo,--mca,oob_tcp_if_include,lo]"
+
+
+@pytest.mark.parametrize("comm", ["torch", "mpi"])
+def test_two_node_job_trains_across_both_nodes(store: Path, digits_root: Path, comm: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    if comm == "mpi":
+        pytest.importorskip("mpi4py")
+    extra = [MPIRUN_LOOPBACK] if comm == "mpi" else []
+    done = _cli("hpcdl.submit", "cluster=slurm", "cluster.nodes=2", "cluster.tasks_per_node=1",
+                "training.execution_environment=parallel", f"training.comm={comm}", f"data.root={digits_root}",
+                "training.max_epochs=2", "cluster.time=00:10:00", f"name=two-nodes-{comm}", *extra)
+    job = hpcdl.job.Job.attach(done.stdout.split()[2])
+    assert job.wait(timeout=300) == "COMPLETED", job.error()
+    summary = job.result()
+    assert summary["validation_accuracy"] > 0.5
+    logs = job.logs(0) + job.logs(1)
+    assert "rank 0/2" in logs and "rank 1/2" in logs and f"via {'mpi' if comm == 'mpi' else 'slurm'}" in logs
+    hosts = subprocess.run(["sacct", "-n", "-P", "-X", "-o", "NodeList", "-j", job.backend_id],
+                           capture_output=True, text=True).stdout.strip()
+    assert hosts == "n[1-2]"
+
+
+def test_a_rank_killed_mid_training_fails_the_job_fast_naming_it(store: Path) -> None:
+    from tests.distributed_training import train
+
+    job = hpcdl.job.batch(train, "/dev/null", None, "torch", 1, 4, cluster="slurm", nodes=2, time="00:10:00",
+                          collective_timeout_s=60)
+    start = time.monotonic()
+    assert job.wait(timeout=240) == "FAILED"
+    assert time.monotonic() - start < 120  # well inside the 10-minute limit
+    shown = _cli("hpcdl.jobs", "show", job.id).stdout
+    assert "task 1" in shown, shown

@@ -47,9 +47,9 @@ def _submission_environment() -> dict[str, str]:
 @contextlib.contextmanager
 def _outside_any_job() -> Iterator[None]:
     """Submit as from a login shell even inside a job (submitit#1782): hide inherited SLURM_*."""
-    saved = dict(os.environ)
+    saved, cleaned = dict(os.environ), _submission_environment()
     os.environ.clear()
-    os.environ.update(_submission_environment())
+    os.environ.update(cleaned)
     try:
         yield
     finally:
