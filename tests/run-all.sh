@@ -5,12 +5,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m pip install -q torch==2.13.0          # the CPU build that lies on disk; install it first
-python3 -m pip install -q -e '.[test]'
-
-bash slurm/cluster.sh up                          # installs slurm-wlm, slurmdbd, munge, mariadb if missing
+bash slurm/cluster.sh up                          # installs slurm, slurmdbd, munge, mariadb, Open MPI if missing
 trap 'bash slurm/cluster.sh down' EXIT
+python3 -m pip install -q torch==2.13.0          # the CPU build that lies on disk; install it first
+python3 -m pip install -q -e '.[test,mpi]'       # mpi4py finds Debian's Open MPI
 export HPCDL_REQUIRE_SLURM=1                      # tests against the cluster fail, never skip, here
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # CI runs as root
 
 set +e
 python3 -m pytest -q -ra "$@"
