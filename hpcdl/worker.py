@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -23,12 +24,20 @@ from hpcdl.store import MANIFEST, check_owned, read_json, write_status
 FUNCTION_FILE, RESULT_PICKLE = "function.pkl", "result.pkl"
 
 
+RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
 def _rank() -> int:
     """This process's rank, by the same precedence as hpcdl.dist.env.discover (MPI before Slurm)."""
-    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+    for name in RANK_VARIABLES:
         if name in os.environ:
             return int(os.environ[name])
     return 0
+
+
+def _launched_as_rank() -> bool:
+    """True in a rank started by a launcher (hpcdl's, torchrun, mpirun), false in the job's first process."""
+    return any(name in os.environ for name in RANK_VARIABLES[:-1])
 
 
 def _lead_rank(manifest: dict[str, Any]) -> int:
@@ -78,7 +87,12 @@ def _launch_ranks(path: Path, manifest: dict[str, Any]) -> None:
     from hpcdl.dist.launch import launch_local
 
     world = manifest["world_size"]
-    code, failure = launch_local([sys.executable, "-u", "-m", "hpcdl.worker", str(path)], world)
+    rank_command = [sys.executable, "-u", "-m", "hpcdl.worker", str(path)]
+    if manifest.get("mpi"):
+        code = subprocess.call([*manifest["cluster"]["mpirun"], "-n", str(world), *rank_command])
+        failure = f"mpirun -n {world} exited with code {code}"
+    else:
+        code, failure = launch_local(rank_command, world)
     if code != 0:
         own = read_json(path / "status.json") or {}
         write_status(path, "FAILED", ended_at=time.time(),
@@ -95,12 +109,13 @@ def run_job(folder: str) -> None:
         raise FileNotFoundError(f"{path / MANIFEST}: no manifest; not a job folder")
     os.environ["HPCDL_JOB_FOLDER"] = str(path)
     os.environ.setdefault("HPCDL_COLLECTIVE_TIMEOUT_S", str(manifest["cluster"].get("collective_timeout_s", 300)))
-    if manifest.get("world_size", 1) > 1 and manifest["cluster"]["backend"] == "local" and "RANK" not in os.environ:
+    first_process = manifest["cluster"]["backend"] == "local" and not _launched_as_rank()
+    if manifest.get("world_size", 1) > 1 and first_process:
         _enforce_local_time_limit(path, manifest)
         _launch_ranks(path, manifest)
         return
     lead = _rank() == _lead_rank(manifest)
-    if manifest["cluster"]["backend"] == "local" and "RANK" not in os.environ:
+    if first_process:
         _enforce_local_time_limit(path, manifest)
     if lead:
         write_status(path, "RUNNING", started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),

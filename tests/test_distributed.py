@@ -25,7 +25,9 @@ from hpcdl.train.schedule import scaled_learn_rate
 from tests.distributed_training import STEPS_OPTIONS, problem
 
 ROOT = Path(__file__).resolve().parent.parent
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+CPU_ONLY = {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}  # CPU workers (gloo) even on a GPU machine
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1",
+           **CPU_ONLY}
 
 
 def single_process_weights() -> dict[str, torch.Tensor]:
@@ -48,7 +50,7 @@ def _command(out: Path, load: str, comm: str) -> list[str]:
 @pytest.mark.parametrize(("ranks", "load"), [(2, "1,1"), (3, "1,0,2")])
 def test_gloo_ranks_match_one_process(tmp_path: Path, ranks: int, load: str) -> None:
     out = tmp_path / "weights.pt"
-    code, failure = launch_local(_command(out, load, "torch"), ranks, {"PYTHONPATH": str(ROOT)})
+    code, failure = launch_local(_command(out, load, "torch"), ranks, CPU_ONLY)
     assert code == 0, failure
     assert_same_weights(out)
 
@@ -68,7 +70,7 @@ def test_mpi4py_ranks_match_one_process(tmp_path: Path, ranks: int, load: str) -
 def test_a_killed_rank_ends_every_rank_fast_and_is_named(tmp_path: Path) -> None:
     command = _command(tmp_path / "never.pt", "1,1", "torch") + ["--die-rank", "1", "--die-at", "3"]
     start = time.monotonic()
-    code, failure = launch_local(command, 2, {"PYTHONPATH": str(ROOT)})
+    code, failure = launch_local(command, 2, CPU_ONLY)
     assert code == 1 and "rank 1 of 2" in failure and "SIGKILL" in failure
     assert time.monotonic() - start < 60
 
@@ -133,9 +135,24 @@ def test_multi_gpu_on_slurm_asks_one_task_per_gpu() -> None:
     assert plan.world_size == 2 and plan.profile.tasks_per_node == 2 and plan.profile.gpus_per_node == 4
 
 
-def test_local_parallel_job_with_a_zero_load_worker_completes(store: Path, digits_root: Path) -> None:
+def test_local_parallel_job_with_a_zero_load_worker_completes(store: Path, digits_root: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     done = subprocess.run([sys.executable, "-m", "hpcdl.submit", "training.execution_environment=parallel",
                            "cluster.tasks_per_node=3", "training.worker_load=[2,0,1]", f"data.root={digits_root}",
                            "training.max_epochs=2", "wait=true"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "stop_reason:         max-epochs" in done.stdout and "validation_accuracy: 0." in done.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun")
+def test_local_mpi_job_starts_its_ranks_with_mpirun(store: Path, digits_root: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in MPI_ENV.items():
+        monkeypatch.setenv(name, value)
+    done = subprocess.run([sys.executable, "-m", "hpcdl.submit", "training.execution_environment=parallel",
+                           "cluster.tasks_per_node=2", "training.comm=mpi", f"data.root={digits_root}",
+                           "training.max_epochs=2", "wait=true"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "stop_reason:         max-epochs" in done.stdout

@@ -45,3 +45,35 @@ def test_predict_on_gpu_matches_cpu_forward() -> None:
         expected = model(x)
     outputs = predict(model, x, TrainingOptions(execution_environment="gpu", verbose=False))
     torch.testing.assert_close(outputs, expected, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.mpi
+def test_mpi_all_reduce_stages_cuda_gradients_through_pinned_host_memory() -> None:
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if shutil.which("mpirun") is None:
+        pytest.skip("needs mpirun")
+    pytest.importorskip("mpi4py")
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    done = subprocess.run(["mpirun", "-n", "2", sys.executable, "-m", "tests.gpu_mpi_reduce"], env=env,
+                          cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "reduced CUDA gradients of 2 ranks" in done.stdout
+
+
+def test_multi_gpu_job_with_the_chosen_gpu_trains_on_it(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    last = torch.cuda.device_count() - 1
+    done = subprocess.run([sys.executable, "-m", "hpcdl.submit", "training.execution_environment=multi-gpu",
+                           f"training.gpus=[{last}]", "training.max_epochs=2", "wait=true"],
+                          env={**__import__("os").environ, "HPCDL_STORE": str(tmp_path)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"cuda:{last}" in done.stdout

@@ -42,7 +42,9 @@ class LocalBackend:
         return [os.path.expanduser(profile.python or sys.executable), "-u", "-m", "hpcdl.worker", str(folder)]
 
     def _environment(self, profile: ClusterConfig) -> dict[str, str]:
-        return {**exported_environment(profile), **job_environment(profile), "PYTHONUNBUFFERED": "1"}
+        # the GPUs this shell may use are the local job's too (on Slurm, the allocation decides)
+        visible = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in os.environ}
+        return {**exported_environment(profile), **visible, **job_environment(profile), "PYTHONUNBUFFERED": "1"}
 
     def preview(self, profile: ClusterConfig, folder: Path, name: str, mpi: bool = False) -> str:
         """The command and environment the job would start with."""
