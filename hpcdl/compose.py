@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from hpcdl.cluster.profile import ClusterConfig
-from hpcdl.config import Config, DataConfig, ModelConfig, TrainingOptions
+from hpcdl.config import AugmentationConfig, Config, DataConfig, ModelConfig, TrainingOptions
 from hpcdl.dist.network import NetworkConfig
 from hpcdl.errors import ConfigError
 from hpcdl.options import unknown_key_message
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "training": TrainingOptions, "cluster": ClusterConfig,
-            "cluster.network": NetworkConfig, "": Config}
+            "cluster.network": NetworkConfig, "data.augmentation": AugmentationConfig, "": Config}
 
 
 def user_config_dirs() -> list[Path]:

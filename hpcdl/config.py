@@ -103,6 +103,12 @@ class TrainingOptions:
     """none, linear or sqrt: scale the learning rate by (global batch / lr_reference_batch) (Goyal et al., 2017)."""
     lr_reference_batch: Optional[int] = None
     """The batch the learning rate was tuned for; null: mini_batch_size."""
+    dispatch_in_background: bool = False
+    """Read, decode and augment in worker processes ahead of the loop (MATLAB's DispatchInBackground)."""
+    num_workers: Optional[int] = None
+    """Background workers; null: the CPUs Slurm gives the task (SLURM_CPUS_PER_TASK) less one."""
+    prefetch_factor: int = 2
+    """Batches each background worker prepares ahead, >= 1."""
     comm: str = "torch"
     """Gradient all-reduce: torch (DDP over NCCL or gloo) or mpi (mpi4py, bucketed and overlapped with backward)."""
     precision: str = "float32"
@@ -132,8 +138,9 @@ class TrainingOptions:
             ("comm", COMMS),
         ):
             require_choice(self, name, allowed)
+        require(self, "num_workers", self.num_workers is None or self.num_workers >= 0, ">= 0 or null")
         for name in ("max_epochs", "mini_batch_size", "validation_frequency", "verbose_frequency",
-                     "checkpoint_frequency", "learn_rate_drop_period"):
+                     "checkpoint_frequency", "learn_rate_drop_period", "prefetch_factor"):
             require(self, name, getattr(self, name) >= 1, "a positive integer")
         lr = self.initial_learn_rate
         require(self, "initial_learn_rate", lr is None or (lr > 0 and math.isfinite(lr)),
@@ -198,6 +205,40 @@ class ModelConfig:
         require(self, "dropout", 0 <= self.dropout < 1, "in [0, 1)")
 
 
+@options("data.augmentation")
+class AugmentationConfig:
+    """MATLAB's imageDataAugmenter for the training images (validation images are only resized or center-cropped)."""
+
+    output_size: Optional[List[int]] = None
+    """[height, width] the network sees; null: no augmented datastore at all."""
+    crop: str = "resize"
+    """resize (to output_size), random (a random output_size window) or center."""
+    random_x_reflection: bool = False
+    """Mirror left-right with probability 1/2."""
+    random_y_reflection: bool = False
+    """Mirror top-bottom with probability 1/2."""
+    rotation: Optional[List[float]] = None
+    """[low, high] degrees."""
+    scale: Optional[List[float]] = None
+    """[low, high] zoom factors."""
+    x_translation: Optional[List[float]] = None
+    """[low, high] pixels."""
+    y_translation: Optional[List[float]] = None
+    """[low, high] pixels."""
+    shear: Optional[List[float]] = None
+    """[low, high] degrees."""
+    brightness: float = 0.0
+    """Colour jitter: brightness factor drawn from [1 - b, 1 + b]."""
+    contrast: float = 0.0
+    """Colour jitter: contrast factor from [1 - c, 1 + c]."""
+    saturation: float = 0.0
+    """Colour jitter: saturation factor from [1 - s, 1 + s]."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        require_choice(self, "crop", ("resize", "random", "center"))
+
+
 @options("data")
 class DataConfig:
     """Which images to train on and how to split them."""
@@ -209,11 +250,18 @@ class DataConfig:
     validation_fraction: float = 0.2
     """Share of each label held out for validation, in [0, 1)."""
     image_size: Optional[List[int]] = None
-    """Resize every image to [height, width]; null keeps the files' size."""
+    """Resize every image to [height, width] as it is read; null keeps the files' size."""
+    labels_csv: Optional[str] = None
+    """A CSV of path,label (paths relative to root) instead of class folders."""
+    on_bad_file: str = "error"
+    """error (name the file and stop) or skip (warn, leave it out, count it in the summary)."""
+    augmentation: AugmentationConfig = field(default_factory=AugmentationConfig)
+    """Augmentation of the training images (data.augmentation.output_size turns it on)."""
 
     def __post_init__(self) -> None:
         check_types(self)
         require_choice(self, "name", ("digits", "folder"))
+        require_choice(self, "on_bad_file", ("error", "skip"))
         require(self, "validation_fraction", 0 <= self.validation_fraction < 1, "in [0, 1)")
         if self.name == "folder" and self.root is None:
             raise ConfigError("data.root: required when data.name=folder")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -21,9 +20,9 @@ def main(argv: list[str]) -> int:
     from hpcdl.train.job import run_training  # torch is imported only once the config is good
 
     folder = Path(config.training.output_dir or Path("runs") / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    summary = run_training(config, folder)
-    summary.pop("config")
-    print(json.dumps(summary, indent=2))
+    from hpcdl.follow import format_summary
+
+    print(format_summary(run_training(config, folder)))
     print(f"Results in {folder.resolve()}")
     return 0
 

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 bash slurm/cluster.sh up                          # installs slurm, slurmdbd, munge, mariadb, Open MPI if missing
 trap 'bash slurm/cluster.sh down' EXIT
 python3 -m pip install -q torch==2.13.0          # the CPU build that lies on disk; install it first
-python3 -m pip install -q -e '.[test,mpi]'       # mpi4py finds Debian's Open MPI
+python3 -m pip install -q -e '.[test,mpi]'       # mpi4py finds Debian's Open MPI; moto serves S3 on loopback
 export HPCDL_REQUIRE_SLURM=1                      # tests against the cluster fail, never skip, here
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # CI runs as root
 

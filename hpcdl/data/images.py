@@ -1,68 +1,129 @@
-"""A lazy image datastore over class folders: only paths are held; images are read per batch."""
+"""A lazy image datastore over class folders (or a CSV of path,label), on disk or object storage.
+
+Only paths are held; an image is read when a batch needs it. Roots may be local
+folders or URLs (s3://bucket/prefix, gs://..., and anything fsspec reads), with
+no change to the training code. Items are (uint8 CxHxW tensor, label index); the
+trainer turns them into float32 in [0, 1] on the device, so worker processes
+pass a quarter of the bytes.
+"""
 
 from __future__ import annotations
 
+import csv
+import io
 import os
+import warnings
 from collections import Counter
-from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from hpcdl.errors import ConfigError
+from hpcdl.errors import ConfigError, HpcdlError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 MODES = {1: "L", 3: "RGB"}
+BAD_FILE_POLICIES = ("error", "skip")
+
+
+class BadImageError(HpcdlError, OSError):
+    """An image file that cannot be read; the message names the file and the problem."""
+
+
+def _filesystem(root: str | os.PathLike) -> tuple[Any, str]:
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(str(root))
+    return fs, path.rstrip("/")
 
 
 class ImageDatastore(Dataset):
-    """Images under ``root/<label>/``; each item is (float32 CxHxW tensor in [0, 1], label index)."""
+    """Images under ``root/<label>/`` (or listed in ``labels_csv``); items are (uint8 tensor, label index)."""
 
     def __init__(self, root: str | os.PathLike, *, image_size: Optional[Sequence[int]] = None,
-                 channels: Optional[int] = None) -> None:
-        root = Path(root)
-        if not root.is_dir():
+                 channels: Optional[int] = None, labels_csv: Optional[str | os.PathLike] = None,
+                 on_bad_file: str = "error") -> None:
+        if on_bad_file not in BAD_FILE_POLICIES:
+            raise ConfigError(f"data.on_bad_file: {on_bad_file!r} is not allowed; choose one of error, skip")
+        self.fs, self.root = _filesystem(root)
+        if not self.fs.isdir(self.root):
             raise ConfigError(f"image datastore: {root} is not a folder")
-        self.classes = sorted(d.name for d in root.iterdir() if d.is_dir())
-        if not self.classes:
-            raise ConfigError(f"image datastore: {root} holds no class folders")
-        paths, labels = [], []
-        for label, name in enumerate(self.classes):
-            files = sorted(p for p in (root / name).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-            if not files:
-                raise ConfigError(f"image datastore: class folder {root / name} holds no images "
-                                  f"({', '.join(IMAGE_SUFFIXES)})")
-            paths += files
-            labels += [label] * len(files)
-        self.root = root
-        self.paths: list[Path] = paths
-        self.labels = np.asarray(labels, dtype=np.int64)
+        paths, names = self._from_csv(labels_csv) if labels_csv else self._from_folders(root)
+        self.classes = sorted(set(names))
+        index = {name: i for i, name in enumerate(self.classes)}
+        self.paths: list[str] = paths
+        self.labels = np.asarray([index[n] for n in names], dtype=np.int64)
         self.image_size = tuple(image_size) if image_size else None
+        self.on_bad_file = on_bad_file
         self.channels = channels if channels is not None else self._channels_of(paths[0])
         if self.channels not in MODES:
             raise ConfigError(f"image datastore: channels must be 1 or 3, got {self.channels}")
 
-    @staticmethod
-    def _channels_of(path: Path) -> int:
-        with Image.open(path) as image:
-            return 1 if image.mode in ("1", "L", "I", "I;16", "F") else 3
+    def _from_folders(self, root: Any) -> tuple[list[str], list[str]]:
+        folders = sorted(e["name"] for e in self.fs.ls(self.root, detail=True) if e["type"] == "directory")
+        if not folders:
+            raise ConfigError(f"image datastore: {root} holds no class folders")
+        paths, names = [], []
+        for folder in folders:
+            files = sorted(f for f in self.fs.ls(folder, detail=False) if f.lower().endswith(IMAGE_SUFFIXES))
+            if not files:
+                raise ConfigError(f"image datastore: class folder {folder} holds no images "
+                                  f"({', '.join(IMAGE_SUFFIXES)})")
+            paths += files
+            names += [folder.rstrip("/").rsplit("/", 1)[-1]] * len(files)
+        return paths, names
+
+    def _from_csv(self, labels_csv: Any) -> tuple[list[str], list[str]]:
+        with open(labels_csv, newline="") as f:
+            rows = [row for row in csv.reader(f) if row and not row[0].startswith("#")]
+        if rows and rows[0][:2] == ["path", "label"]:
+            rows = rows[1:]
+        if not rows:
+            raise ConfigError(f"image datastore: {labels_csv} lists no images")
+        bad = [row for row in rows if len(row) != 2]
+        if bad:
+            raise ConfigError(f"image datastore: {labels_csv}: rows must be path,label; got {bad[0]}")
+        paths = [p if self.fs.isfile(p) else f"{self.root}/{p}" for p, _ in rows]
+        return paths, [label for _, label in rows]
+
+    def _channels_of(self, path: str) -> int:
+        with self.fs.open(path, "rb") as f, Image.open(f) as image:
+            return 1 if image.mode in ("1", "L", "I", "I;16", "F", "LA") else 3
 
     def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+    def reopen(self) -> None:
+        """A filesystem of this process's own (a forked worker cannot share an object store's event loop)."""
+        if getattr(self.fs, "async_impl", False):
+            self.fs = type(self.fs)(**self.fs.storage_options, skip_instance_cache=True)
+
+    def read(self, index: int) -> Optional[np.ndarray]:
+        """The decoded HxWxC (or HxW) uint8 array of image ``index``; None for a bad file when skipping."""
         path = self.paths[index]
         try:
-            with Image.open(path) as image:
-                image = image.convert(MODES[self.channels])
+            with self.fs.open(path, "rb") as f:
+                data = f.read()
+            with Image.open(io.BytesIO(data)) as image:
+                if self.image_size and image.format == "JPEG":
+                    image.draft(MODES[self.channels], (self.image_size[1], self.image_size[0]))
+                image = image.convert(MODES[self.channels])  # decodes everything: truncation shows here
                 if self.image_size and image.size != (self.image_size[1], self.image_size[0]):
                     image = image.resize((self.image_size[1], self.image_size[0]), Image.BILINEAR)
-                array = np.asarray(image, dtype=np.float32) / 255.0
-        except OSError as e:
-            raise OSError(f"cannot read image {path}: {e}") from e
+                return np.array(image, dtype=np.uint8)  # a writable copy for torch
+        except (OSError, ValueError, Image.DecompressionBombError) as e:
+            if self.on_bad_file == "skip":
+                warnings.warn(f"skipping unreadable image {path}: {e}", stacklevel=2)
+                return None
+            raise BadImageError(f"cannot read image {path}: {e}") from e
+
+    def __getitem__(self, key: Any) -> Optional[tuple[torch.Tensor, int]]:
+        index = key[0] if isinstance(key, tuple) else key
+        array = self.read(index)
+        if array is None:
+            return None
         tensor = torch.from_numpy(array)
         tensor = tensor.unsqueeze(0) if tensor.ndim == 2 else tensor.permute(2, 0, 1).contiguous()
         return tensor, int(self.labels[index])
@@ -80,14 +141,22 @@ class ImageDatastore(Dataset):
         part.labels = self.labels[np.asarray(indices, dtype=np.int64)]
         return part
 
-    def split(self, fraction: float, *, seed: int = 0) -> tuple["ImageDatastore", "ImageDatastore"]:
-        """Split each label's images into (1 - fraction, fraction) parts, repeatably from ``seed``."""
+    def shuffle(self, seed: int = 0) -> "ImageDatastore":
+        """The same images in an order repeatable from ``seed``."""
+        return self.subset(np.random.default_rng(seed).permutation(len(self)).tolist())
+
+    def split(self, amount: float | int, *, seed: int = 0) -> tuple["ImageDatastore", "ImageDatastore"]:
+        """Hold out ``amount`` of each label (a fraction in [0, 1) or a count); returns (rest, held out)."""
+        if isinstance(amount, float) and not 0 <= amount < 1:
+            raise ConfigError(f"split: a fraction must be in [0, 1), got {amount}")
         rng = np.random.default_rng(seed)
         first, second = [], []
         for label in range(len(self.classes)):
             members = np.flatnonzero(self.labels == label)
             rng.shuffle(members)
-            cut = int(round(len(members) * fraction))
+            cut = int(round(len(members) * amount)) if isinstance(amount, float) else int(amount)
+            if cut > len(members):
+                raise ConfigError(f"split: {cut} images of label {self.classes[label]!r} asked, it has {len(members)}")
             second += members[:cut].tolist()
             first += members[cut:].tolist()
         return self.subset(sorted(first)), self.subset(sorted(second))

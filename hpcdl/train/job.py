@@ -14,10 +14,12 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import Dataset
 
 from hpcdl.atomic import atomic_save, atomic_write_text
 from hpcdl.compose import config_to_dict
 from hpcdl.config import Config, ModelConfig
+from hpcdl.data.augment import AugmentedImageDatastore
 from hpcdl.data.digits import digits_folder
 from hpcdl.data.images import ImageDatastore
 from hpcdl.models import build_model
@@ -29,14 +31,27 @@ MODEL_FILE, INFO_FILE, RESULT_FILE = "model.pt", "info.json", "result.json"
 
 def open_datastore(config: Config) -> ImageDatastore:
     """The image datastore the data section names."""
-    root = digits_folder(config.data.root) if config.data.name == "digits" else config.data.root
-    return ImageDatastore(root, image_size=config.data.image_size)
+    data = config.data
+    root = digits_folder(data.root) if data.name == "digits" else data.root
+    return ImageDatastore(root, image_size=data.image_size, labels_csv=data.labels_csv, on_bad_file=data.on_bad_file)
 
 
-def network_shape(data: ImageDatastore) -> dict[str, Any]:
+def augmented(store: Dataset, config: Config, training: bool) -> Dataset:
+    """The training (augmented) or validation (resized or center-cropped) view of ``store``."""
+    settings = dataclasses.asdict(config.data.augmentation)
+    size = settings.pop("output_size")
+    if size is None:
+        return store
+    if not training:
+        crop = "center" if settings["crop"] != "resize" else "resize"
+        return AugmentedImageDatastore(store, size, crop=crop)
+    return AugmentedImageDatastore(store, size, seed=config.training.seed or 0, **settings)
+
+
+def network_shape(data: Dataset) -> dict[str, Any]:
     """What a network needs to know of the data: channels, classes, image size."""
-    height, width = data[0][0].shape[-2:]
-    return {"in_channels": data.channels, "num_classes": len(data.classes), "image_size": [height, width]}
+    channels, height, width = data[0][0].shape
+    return {"in_channels": channels, "num_classes": len(data.classes), "image_size": [height, width]}
 
 
 def network_for(model: ModelConfig, shape: dict[str, Any]) -> nn.Module:
@@ -60,10 +75,11 @@ def run_training(config: Config, folder: str | Path) -> dict[str, Any]:
     store = open_datastore(config)
     train_set, validation_set = store.split(config.data.validation_fraction, seed=options.seed or 0)
     seed_everything(options.seed)
-    shape = network_shape(store)
+    train_view, validation_view = augmented(train_set, config, True), augmented(validation_set, config, False)
+    shape = network_shape(train_view)
     model = network_for(config.model, shape)
-    model, info = train_network(train_set, model, options,
-                                validation_data=validation_set if len(validation_set) else None)
+    model, info = train_network(train_view, model, options,
+                                validation_data=validation_view if len(validation_set) else None)
     if not info.writer:
         return {}
     atomic_save(folder / MODEL_FILE, lambda f: torch.save(model.state_dict(), f))
@@ -74,7 +90,8 @@ def run_training(config: Config, folder: str | Path) -> dict[str, Any]:
         "iterations": info.history[-1]["iteration"] if info.history else 0,
         "final_loss": info.history[-1]["loss"] if info.history else None,
         "validation_loss": final.get("loss"), "validation_accuracy": final.get("accuracy"),
-        "classes": info.classes, "network": shape, "config": config_to_dict(config),
+        "classes": info.classes, "network": shape, "skipped_files": info.skipped_files,
+        "data_wait_share": round(info.data_wait_share, 4), "config": config_to_dict(config),
     }
     atomic_write_text(folder / RESULT_FILE, json.dumps(summary, indent=2))
     return summary

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
-from typing import Any, Optional, Sequence
+import time
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-import dataclasses
-
 from hpcdl.config import TrainingOptions
-from hpcdl.data.batches import as_dataset, classes_of, iterate_batches
+from hpcdl.data.batches import as_dataset, classes_of
+from hpcdl.data.images import BadImageError
+from hpcdl.data.loader import BatchLoader
 from hpcdl.dist.context import DistContext, init_context
 from hpcdl.dist.shares import global_batch, shares
 from hpcdl.errors import ConfigError
@@ -161,6 +163,20 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
             bad_validations += 1
         return result
 
+    loader = BatchLoader(train_set, device, memory_format, options.dispatch_in_background, options.num_workers,
+                         options.prefetch_factor)
+
+    def timed(batches: Iterator[Any]) -> Iterator[Any]:
+        """The batches, adding the time spent waiting for each to info.data_wait_s."""
+        end = object()
+        while True:
+            start = time.perf_counter()
+            batch = next(batches, end)
+            info.data_wait_s += time.perf_counter() - start
+            if batch is end:
+                return
+            yield batch
+
     every_iterations = options.checkpoint_path and options.checkpoint_frequency_unit == "iteration"
     every_epochs = options.checkpoint_path and options.checkpoint_frequency_unit == "epoch"
     reason = "max-epochs"
@@ -168,8 +184,13 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
     for epoch in range(iteration // per_epoch, options.max_epochs):
         chunks, totals = epoch_chunks(epoch_order(options, len(train_set), epoch, shuffle_seed), batch, context)
         skip = iteration - epoch * per_epoch  # batches already done before a resume
-        batches = iterate_batches(train_set, chunks[skip:], device, memory_format)
-        for (x, y), total in zip(batches, totals[skip:]):
+        for loaded, total in zip(timed(loader.epoch(chunks[skip:], epoch)), totals[skip:]):
+            if loaded is None:  # every file of this batch was unreadable and skipped
+                if context.distributed:
+                    raise BadImageError("a whole mini-batch of unreadable images: the other workers would wait")
+                iteration += 1
+                continue
+            x, y = loaded
             learn_rate = learn_rate_at(options, iteration, per_epoch)
             for group in optimizer.param_groups:
                 group["lr"] = learn_rate
@@ -208,6 +229,7 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
         progress.add_validation(validate(min(iteration // per_epoch + 1, options.max_epochs)))
     if best_weights is not None:
         model.load_state_dict(best_weights)
+    info.skipped_files, info.train_s = loader.skipped, progress.elapsed() - elapsed_before
     progress.finish(reason)
     context.close()
     model.eval()

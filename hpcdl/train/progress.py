@@ -47,8 +47,19 @@ class TrainingInfo:
     """The device trained on and why it was chosen."""
     classes: Optional[list[str]] = None
     """Class names of the training data, when it carries them."""
+    skipped_files: int = 0
+    """Unreadable images skipped (data on_bad_file=skip)."""
+    data_wait_s: float = 0.0
+    """Seconds the loop waited for training batches."""
+    train_s: float = 0.0
+    """Seconds of training (the loop, validation included)."""
     writer: bool = True
     """Whether this process writes the run's files (the lead worker of a distributed run)."""
+
+    @property
+    def data_wait_share(self) -> float:
+        """Share of the training time spent waiting for data."""
+        return self.data_wait_s / self.train_s if self.train_s else 0.0
 
     @property
     def final_validation(self) -> Optional[Record]:
