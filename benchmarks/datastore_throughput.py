@@ -83,8 +83,9 @@ def data_wait_share(root: Path, args: argparse.Namespace, device: torch.device) 
                               dispatch_in_background=True, num_workers=args.workers,
                               prefetch_factor=args.prefetch, channels_last=True,
                               execution_environment="gpu" if device.type == "cuda" else "cpu")
-    _, info = train_network(store, model, options)
-    return info.data_wait_share
+    _, info = train_network(store, model, options, callbacks=[lambda record: False])  # one record per step
+    steady = [r for r in info.history if r["epoch"] > 1]  # after the workers have started
+    return sum(r["data_wait_s"] for r in steady) / (steady[-1]["time_s"] - steady[0]["time_s"])
 
 
 def main() -> None:

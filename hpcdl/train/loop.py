@@ -166,13 +166,16 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
     loader = BatchLoader(train_set, device, memory_format, options.dispatch_in_background, options.num_workers,
                          options.prefetch_factor)
 
+    last_wait = [0.0]
+
     def timed(batches: Iterator[Any]) -> Iterator[Any]:
-        """The batches, adding the time spent waiting for each to info.data_wait_s."""
+        """The batches, noting the time spent waiting for each (last_wait, info.data_wait_s)."""
         end = object()
         while True:
             start = time.perf_counter()
             batch = next(batches, end)
-            info.data_wait_s += time.perf_counter() - start
+            last_wait[0] = time.perf_counter() - start
+            info.data_wait_s += last_wait[0]
             if batch is end:
                 return
             yield batch
@@ -206,7 +209,8 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
             scaler.step(optimizer)
             scaler.update()
             iteration += 1
-            progress.step(epoch + 1, iteration, learn_rate, loss, correct_count(out, y, classification), len(y))
+            progress.step(epoch + 1, iteration, learn_rate, loss, correct_count(out, y, classification), len(y),
+                          last_wait[0])
             due = val_set is not None and iteration % options.validation_frequency == 0
             stop = progress.end_iteration(validate(epoch + 1) if due else None)
             if callbacks and context.distributed:

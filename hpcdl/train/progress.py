@@ -38,7 +38,7 @@ class TrainingInfo:
     """What train_network returns beside the network: every record, and how training ended."""
 
     history: list[Record] = field(default_factory=list)
-    """One record per iteration: epoch, iteration, time_s, loss, accuracy, learn_rate, samples_per_s."""
+    """One record per iteration: epoch, iteration, time_s, loss, accuracy, learn_rate, samples_per_s, data_wait_s."""
     validation_history: list[Record] = field(default_factory=list)
     """One record per validation: epoch, iteration, time_s, loss, accuracy."""
     stop_reason: str = ""
@@ -88,7 +88,7 @@ class Progress:
         self.options, self.info, self.callbacks = options, info, list(callbacks)
         self.out = out or sys.stdout
         self.start = time.perf_counter() - elapsed_before
-        self.pending: list[tuple[int, int, float, float, torch.Tensor, Optional[torch.Tensor], int]] = []
+        self.pending: list[tuple[int, int, float, float, torch.Tensor, Optional[torch.Tensor], int, float]] = []
         self.last_time = self.start
         self.last_plot = 0.0
         self.header_printed = False
@@ -106,9 +106,10 @@ class Progress:
         return time.perf_counter() - self.start
 
     def step(self, epoch: int, iteration: int, learn_rate: float, loss: torch.Tensor,
-             correct: Optional[torch.Tensor], count: int) -> None:
+             correct: Optional[torch.Tensor], count: int, data_wait_s: float = 0.0) -> None:
         """Queue one finished iteration (1-based ``iteration``); values stay on the device."""
-        self.pending.append((epoch, iteration, self.elapsed(), learn_rate, loss.detach(), correct, count))
+        self.pending.append((epoch, iteration, self.elapsed(), learn_rate, loss.detach(), correct, count,
+                             data_wait_s))
 
     def end_iteration(self, validation: Optional[Record]) -> bool:
         """Emit what is due after an iteration; True when a callback asked to stop."""
@@ -135,10 +136,11 @@ class Progress:
         losses = torch.stack([p[4].float() for p in self.pending]).tolist()
         corrects = [p[5] for p in self.pending]
         hits = torch.stack(corrects).tolist() if corrects[0] is not None else [None] * len(corrects)
-        for (epoch, iteration, t, lr, _, _, count), loss, hit in zip(self.pending, losses, hits):
+        for (epoch, iteration, t, lr, _, _, count, wait), loss, hit in zip(self.pending, losses, hits):
             record = {"kind": "iteration", "epoch": epoch, "iteration": iteration, "time_s": round(t, 4),
                       "loss": loss, "accuracy": None if hit is None else hit / count, "learn_rate": lr,
-                      "samples_per_s": count / max(t - (self.last_time - self.start), 1e-9)}
+                      "samples_per_s": count / max(t - (self.last_time - self.start), 1e-9),
+                      "data_wait_s": round(wait, 6)}
             self.last_time = self.start + t
             self.info.history.append(record)
             self.write(record)
