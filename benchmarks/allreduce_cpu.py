@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from common import write_result  # benchmarks/common.py
+
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
 
@@ -93,8 +95,7 @@ def main() -> None:
     print(f"one rank: {1000 * single:.1f} ms/step; {args.ranks} ranks: DDP/gloo "
           f"{1000 * result['step_s_ddp_gloo']:.1f} ms/step, mpi4py {1000 * result['step_s_mpi4py']:.1f} ms/step; "
           f"ratio mpi4py/gloo {result['ratio_mpi_to_gloo']:.3f}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, result)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ CPU torch here).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -23,6 +22,7 @@ import torch
 from PIL import Image
 
 from hpcdl import ImageDatastore, TrainingOptions, build_model, train_network
+from common import write_result  # benchmarks/common.py
 from hpcdl.data.augment import AugmentedImageDatastore
 from hpcdl.data.loader import BatchLoader
 
@@ -126,8 +126,7 @@ def main() -> None:
     for key in ("hpcdl_images_per_s", "torchvision_images_per_s", "ratio", "data_wait_share"):
         if key in result:
             print(f"{key:26s} {result[key]:.3f}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, result)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from hpcdl.store import write_json
+from common import write_result  # benchmarks/common.py
 
 
 def make_store(root: Path, count: int) -> None:
@@ -68,8 +69,7 @@ def main() -> None:
     print(f"jobs list over {options.jobs} jobs: {result['list_s']:.3f} s (python start-up {result['python_startup_s']:.3f} s, "
           f"bare manifest reads {result['bare_manifest_read_s']:.3f} s, "
           f"ratio {result['ratio_list_minus_startup_to_bare']:.2f})")
-    Path(options.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(options.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_result(options.out, result)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ ratios hpcdl / hand-written (1.0 = as fast, below 1.0 = faster). Needs a running
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import subprocess
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 
 from hpcdl.data.digits import digits_folder
+from common import write_result  # benchmarks/common.py
 
 POLL_S = 0.02
 
@@ -80,8 +80,7 @@ def main() -> None:
     for name, (first, end) in medians.items():
         print(f"{name:12s} first step {first:6.2f} s   results {end:6.2f} s")
     print(f"ratio hpcdl/hand-written: first step {result['ratio_first_step']:.3f}, end {result['ratio_end']:.3f}")
-    Path(options.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(options.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_result(options.out, result)
 
 
 if __name__ == "__main__":

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from hpcdl import TrainingOptions, build_model, train_network
+from common import write_result  # benchmarks/common.py
 
 
 def make_data(count: int, size: int, classes: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,8 +115,7 @@ def main() -> None:
     print(f"plain PyTorch loop: {plain:10.1f} images/s")
     print(f"hpcdl train_network:{ours:10.1f} images/s")
     print(f"ratio hpcdl/plain:  {ours / plain:10.3f}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, result)
 
 
 if __name__ == "__main__":
