@@ -48,6 +48,7 @@ class ImageDatastore(Dataset):
         if on_bad_file not in BAD_FILE_POLICIES:
             raise ConfigError(f"data.on_bad_file: {on_bad_file!r} is not allowed; choose one of error, skip")
         self.fs, self.root = _filesystem(root)
+        self.local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
         if not self.fs.isdir(self.root):
             raise ConfigError(f"image datastore: {root} is not a folder")
         paths, names = self._from_csv(labels_csv) if labels_csv else self._from_folders(root)
@@ -104,7 +105,7 @@ class ImageDatastore(Dataset):
         """The decoded HxWxC (or HxW) uint8 array of image ``index``; None for a bad file when skipping."""
         path = self.paths[index]
         try:
-            with self.fs.open(path, "rb") as f:
+            with (open(path, "rb") if self.local else self.fs.open(path, "rb")) as f:  # local: no fsspec layer
                 data = f.read()
             with Image.open(io.BytesIO(data)) as image:
                 if self.image_size and image.format == "JPEG":
