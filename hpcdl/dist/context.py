@@ -7,6 +7,7 @@ no communication, so the loop has one code path.
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import socket
 from dataclasses import dataclass, field
@@ -79,8 +80,7 @@ class DistContext:
         from torch.nn.parallel import DistributedDataParallel
 
         device_ids = [model_device(model).index] if model_device(model).type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=device_ids, process_group=self.group,
-                                       broadcast_buffers=True)
+        return DistributedDataParallel(model, device_ids=device_ids, process_group=self.group)
 
     def finish_gradients(self) -> None:
         """After backward: wait for the MPI all-reduce (DDP has already reduced)."""
@@ -111,6 +111,7 @@ class DistContext:
     def close(self) -> None:
         """Leave the process group (a barrier first, so no rank tears down under another)."""
         if self.distributed and self.comm == "torch" and torch.distributed.is_initialized():
+            gc.collect()  # DDP's reducer holds reference cycles; it must be gone before its process group
             torch.distributed.barrier()
             torch.distributed.destroy_process_group()
         elif self.distributed and self.comm == "mpi":
