@@ -75,13 +75,21 @@ class BatchLoader:
                                      prefetch_factor=prefetch if count else None, persistent_workers=count > 0,
                                      worker_init_fn=_reopen_in_worker if count else None)
 
-    def epoch(self, chunks: Sequence[torch.Tensor], epoch: int) -> Iterator[Optional[Batch]]:
-        """The batches of ``chunks`` in order, on the device; None for a batch whose every file was skipped."""
+    def host_batches(self, chunks: Sequence[torch.Tensor], epoch: int) -> Iterator[Optional[Batch]]:
+        """The batches of ``chunks`` in order, in host memory; None for a batch whose every file was skipped."""
         if self.loader is None:
             for index in chunks:
-                yield to_device(self.data.x[index], self.data.y[index], self.device, self.memory_format)
+                yield self.data.x[index], self.data.y[index]
             return
         self.sampler.set(chunks, epoch)
         for x, y, skipped in self.loader:
             self.skipped += skipped
-            yield to_device(x, y, self.device, self.memory_format) if len(y) else None
+            yield (x, y) if len(y) else None
+
+    def to_device(self, batch: Optional[Batch]) -> Optional[Batch]:
+        """A host batch on the device (float32 images in [0, 1])."""
+        return None if batch is None else to_device(*batch, self.device, self.memory_format)
+
+    def epoch(self, chunks: Sequence[torch.Tensor], epoch: int) -> Iterator[Optional[Batch]]:
+        """The batches of ``chunks`` in order, on the device; None for a batch whose every file was skipped."""
+        return (self.to_device(batch) for batch in self.host_batches(chunks, epoch))

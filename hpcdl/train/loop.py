@@ -169,7 +169,8 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
     last_wait = [0.0]
 
     def timed(batches: Iterator[Any]) -> Iterator[Any]:
-        """The batches, noting the time spent waiting for each (last_wait, info.data_wait_s)."""
+        """The batches on the device, noting the time the loop waited for each host batch (not the copy,
+        whose launch may wait for the GPU) in last_wait and info.data_wait_s."""
         end = object()
         while True:
             start = time.perf_counter()
@@ -178,7 +179,7 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
             info.data_wait_s += last_wait[0]
             if batch is end:
                 return
-            yield batch
+            yield loader.to_device(batch)
 
     every_iterations = options.checkpoint_path and options.checkpoint_frequency_unit == "iteration"
     every_epochs = options.checkpoint_path and options.checkpoint_frequency_unit == "epoch"
@@ -187,7 +188,7 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
     for epoch in range(iteration // per_epoch, options.max_epochs):
         chunks, totals = epoch_chunks(epoch_order(options, len(train_set), epoch, shuffle_seed), batch, context)
         skip = iteration - epoch * per_epoch  # batches already done before a resume
-        for loaded, total in zip(timed(loader.epoch(chunks[skip:], epoch)), totals[skip:]):
+        for loaded, total in zip(timed(loader.host_batches(chunks[skip:], epoch)), totals[skip:]):
             if loaded is None:  # every file of this batch was unreadable and skipped
                 if context.distributed:
                     raise BadImageError("a whole mini-batch of unreadable images: the other workers would wait")
