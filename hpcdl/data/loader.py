@@ -26,20 +26,6 @@ def default_workers() -> int:
     return max(1, count - 1)
 
 
-PIN_MIN_BYTES = 1 << 20
-
-
-def _worth_pinning(data: Dataset, device: torch.device, batch_size: Optional[int]) -> bool:
-    """Pinned batches (a hand-off through DataLoader's pin-memory thread) pay off for large batches only;
-    a small one is copied faster from ordinary memory than it crosses that thread."""
-    if device.type != "cuda":
-        return False
-    if batch_size is None:
-        return True
-    item = data[0]
-    return item is None or item[0].element_size() * item[0].numel() * batch_size >= PIN_MIN_BYTES
-
-
 def _reopen_in_worker(_worker: int) -> None:
     """In each background worker: give the datastore its own filesystem handle (object stores)."""
     dataset = torch.utils.data.get_worker_info().dataset
@@ -77,8 +63,7 @@ class BatchLoader:
     """One loader for a whole run: ``epoch(chunks, epoch)`` yields the batches of those index chunks."""
 
     def __init__(self, data: Dataset, device: torch.device, memory_format: torch.memory_format,
-                 background: bool = False, workers: Optional[int] = None, prefetch: int = 2,
-                 batch_size: Optional[int] = None) -> None:
+                 background: bool = False, workers: Optional[int] = None, prefetch: int = 2) -> None:
         self.data, self.device, self.memory_format = data, device, memory_format
         self.skipped = 0
         self.sampler = EpochBatches(getattr(data, "accepts_epoch", False))
@@ -86,7 +71,7 @@ class BatchLoader:
         if not isinstance(data, TensorPair):
             count = (workers if workers is not None else default_workers()) if background else 0
             self.loader = DataLoader(data, batch_sampler=self.sampler, num_workers=count,
-                                     collate_fn=collate_skipping, pin_memory=_worth_pinning(data, device, batch_size),
+                                     collate_fn=collate_skipping, pin_memory=device.type == "cuda",
                                      prefetch_factor=prefetch if count else None, persistent_workers=count > 0,
                                      worker_init_fn=_reopen_in_worker if count else None)
 

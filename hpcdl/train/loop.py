@@ -164,7 +164,7 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
         return result
 
     loader = BatchLoader(train_set, device, memory_format, options.dispatch_in_background, options.num_workers,
-                         options.prefetch_factor, batch_size=batch)
+                         options.prefetch_factor)
 
     last_wait = [0.0]
 
