@@ -19,25 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from hpcdl.atomic import atomic_save
+from hpcdl.dist.env import LAUNCHER_RANK_VARIABLES, global_rank
 from hpcdl.store import MANIFEST, check_owned, read_json, write_status
 
 FUNCTION_FILE, RESULT_PICKLE = "function.pkl", "result.pkl"
-
-
-RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
-
-
-def _rank() -> int:
-    """This process's rank, by the same precedence as hpcdl.dist.env.discover (MPI before Slurm)."""
-    for name in RANK_VARIABLES:
-        if name in os.environ:
-            return int(os.environ[name])
-    return 0
-
-
-def _launched_as_rank() -> bool:
-    """True in a rank started by a launcher (hpcdl's, torchrun, mpirun), false in the job's first process."""
-    return any(name in os.environ for name in RANK_VARIABLES[:-1])
 
 
 def _lead_rank(manifest: dict[str, Any]) -> int:
@@ -64,7 +49,7 @@ def _run_payload(folder: Path, manifest: dict[str, Any]) -> None:
     with open(folder / FUNCTION_FILE, "rb") as f:
         fn, args, kwargs = cloudpickle.load(f)
     result = fn(*args, **kwargs)
-    if _rank() == 0:
+    if global_rank() == 0:
         atomic_save(folder / RESULT_PICKLE, lambda out: cloudpickle.dump(result, out))
 
 
@@ -109,12 +94,13 @@ def run_job(folder: str) -> None:
         raise FileNotFoundError(f"{path / MANIFEST}: no manifest; not a job folder")
     os.environ["HPCDL_JOB_FOLDER"] = str(path)
     os.environ.setdefault("HPCDL_COLLECTIVE_TIMEOUT_S", str(manifest["cluster"].get("collective_timeout_s", 300)))
-    first_process = manifest["cluster"]["backend"] == "local" and not _launched_as_rank()
+    launched_as_rank = any(name in os.environ for name in LAUNCHER_RANK_VARIABLES)
+    first_process = manifest["cluster"]["backend"] == "local" and not launched_as_rank
     if manifest.get("world_size", 1) > 1 and first_process:
         _enforce_local_time_limit(path, manifest)
         _launch_ranks(path, manifest)
         return
-    lead = _rank() == _lead_rank(manifest)
+    lead = global_rank() == _lead_rank(manifest)
     if first_process:
         _enforce_local_time_limit(path, manifest)
     if lead:
@@ -124,8 +110,8 @@ def run_job(folder: str) -> None:
     try:
         _run_payload(path, manifest)
     except BaseException as e:
-        write_status(path, "FAILED", ended_at=time.time(), rank=_rank(),  # whichever rank fails says why
-                     reason=f"rank {_rank()}: {type(e).__name__}: {e}", traceback=traceback.format_exc())
+        write_status(path, "FAILED", ended_at=time.time(), rank=global_rank(),  # whichever rank fails says why
+                     reason=f"rank {global_rank()}: {type(e).__name__}: {e}", traceback=traceback.format_exc())
         raise
     if lead:
         write_status(path, "COMPLETED", ended_at=time.time())

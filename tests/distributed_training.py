@@ -12,6 +12,7 @@ import signal
 import torch
 
 from hpcdl import TrainingOptions, train_network
+from hpcdl.dist.env import global_rank
 
 STEPS_OPTIONS = dict(solver="sgdm", initial_learn_rate=0.2, momentum=0.9, max_epochs=3, mini_batch_size=24,
                      shuffle="every-epoch", seed=5, verbose=False, l2_regularization=1e-3)
@@ -30,7 +31,7 @@ def problem() -> tuple[tuple[torch.Tensor, torch.Tensor], torch.nn.Module]:
 def train(out: str, load: list[float] | None, comm: str, die_rank: int = -1, die_at: int = 0,
           environment: str = "parallel") -> None:
     data, model = problem()
-    rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("SLURM_PROCID", 0))))
+    rank = global_rank()
 
     def maybe_die(record: dict) -> bool:
         if rank == die_rank and record["iteration"] == die_at:

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from hpcdl.config import TrainingOptions
-from hpcdl.dist.env import DistEnv, discover
+from hpcdl.dist.env import DistEnv, discover, local_env
 from hpcdl.dist.shares import shares, worker_loads
 
 DEFAULT_TIMEOUT_S = 300
@@ -162,16 +162,5 @@ def init_context(options: TrainingOptions, device: torch.device) -> DistContext:
 
 def rank_device(options: TrainingOptions, env: Optional[DistEnv] = None) -> Optional[int]:
     """The GPU index a rank of a multi-GPU run uses: training.gpus[local rank], else the local rank."""
-    env = env or discover_local()
+    env = env or local_env()
     return options.gpus[env.local_rank] if options.gpus else env.local_rank
-
-
-def discover_local() -> DistEnv:
-    """Local rank and size without any rendezvous (for choosing a device before joining)."""
-    e = os.environ
-    for rank_var, size_var in (("LOCAL_RANK", "LOCAL_WORLD_SIZE"), ("OMPI_COMM_WORLD_LOCAL_RANK",
-                                                                      "OMPI_COMM_WORLD_LOCAL_SIZE"),
-                               ("SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")):
-        if rank_var in e:
-            return DistEnv(0, 1, int(e[rank_var]), int(e.get(size_var, "1").split("(")[0]), "", 0, "local")
-    return DistEnv(0, 1, 0, 1, "", 0, "single")

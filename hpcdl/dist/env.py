@@ -23,6 +23,17 @@ from hpcdl.atomic import atomic_write_text
 from hpcdl.errors import HpcdlError
 
 RENDEZVOUS_TIMEOUT_S = 300.0
+MPI_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+LAUNCHER_RANK_VARIABLES = ("RANK", *MPI_RANK_VARIABLES)
+"""Set in a rank that a launcher started (hpcdl's, torchrun, mpirun); SLURM_PROCID is set by srun too."""
+
+
+def global_rank() -> int:
+    """This process's rank by discover's precedence (torchrun, then MPI, then Slurm), without a rendezvous."""
+    for name in (*LAUNCHER_RANK_VARIABLES, "SLURM_PROCID"):
+        if name in os.environ:
+            return int(os.environ[name])
+    return 0
 
 
 @dataclass(frozen=True)
@@ -87,7 +98,7 @@ def discover(job_folder: Optional[Path] = None) -> DistEnv:
         return DistEnv(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)),
                        int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])), env.get("MASTER_ADDR", "127.0.0.1"),
                        int(env.get("MASTER_PORT", 29500)), "torchrun")
-    if "OMPI_COMM_WORLD_RANK" in env or "PMI_RANK" in env or "PMIX_RANK" in env:
+    if any(name in env for name in MPI_RANK_VARIABLES):
         from mpi4py import MPI
 
         from hpcdl.dist.mpi import world
@@ -120,3 +131,14 @@ def _tasks_on_this_node(env: os._Environ) -> int:
             counts.append(int(part))
     node = int(env.get("SLURM_NODEID", 0))
     return counts[node] if node < len(counts) else counts[-1]
+
+
+def local_env() -> DistEnv:
+    """Local rank and size without any rendezvous (for choosing a device before joining)."""
+    e = os.environ
+    for rank_var, size_var in (("LOCAL_RANK", "LOCAL_WORLD_SIZE"), ("OMPI_COMM_WORLD_LOCAL_RANK",
+                                                                      "OMPI_COMM_WORLD_LOCAL_SIZE"),
+                               ("SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")):
+        if rank_var in e:
+            return DistEnv(0, 1, int(e[rank_var]), int(e.get(size_var, "1").split("(")[0]), "", 0, "local")
+    return DistEnv(0, 1, 0, 1, "", 0, "single")

@@ -52,7 +52,8 @@ def choose_device(options: TrainingOptions) -> DeviceChoice:
 
 def _worker_device(options: TrainingOptions) -> DeviceChoice:
     """One worker of a multi-gpu or parallel run: its GPU by local rank, or the CPU where none."""
-    from hpcdl.dist.context import discover_local, rank_device
+    from hpcdl.dist.context import rank_device
+    from hpcdl.dist.env import local_env
 
     env, count = options.execution_environment, usable_gpu_count()
     if count == 0:
@@ -60,7 +61,7 @@ def _worker_device(options: TrainingOptions) -> DeviceChoice:
             raise ConfigError("training.execution_environment=multi-gpu: no usable CUDA GPU on this machine")
         return DeviceChoice(torch.device("cpu"), "execution_environment=parallel on a node without GPUs: "
                                                  "a CPU worker (gloo)")
-    local = discover_local()
+    local = local_env()
     index = rank_device(options, local)
     if index >= count:
         raise ConfigError(f"training.gpus: local rank {local.local_rank} needs GPU {index}, but this node "

@@ -236,7 +236,7 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
         model.load_state_dict(best_weights)
     info.skipped_files, info.train_s = loader.skipped, progress.elapsed() - elapsed_before
     progress.finish(reason)
-    del forward, wrapped, loader  # DDP and the workers go before their process group (else an abort at exit)
+    forward = wrapped = loader = None  # DDP and the workers go before their process group (else an abort at exit)
     context.close()
     model.eval()
     return model, info
