@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hpcdl.store import write_json
+from hpcdl.store.folders import write_json
 from common import write_result  # benchmarks/common.py
 
 

@@ -24,9 +24,9 @@ _EXPORTS = {
     "predict": "hpcdl.train.predict",
     "classify": "hpcdl.train.predict",
     "build_model": "hpcdl.models",
-    "batch": "hpcdl.job",
-    "Job": "hpcdl.job",
-    "ClusterConfig": "hpcdl.cluster.profile",
+    "batch": "hpcdl.submission",
+    "Job": "hpcdl.store.job",
+    "ClusterConfig": "hpcdl.config.cluster",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -20,7 +20,6 @@ from typing import Any
 
 from hpcdl.errors import HpcdlError
 
-RESULT_FILES = ("model.pt", "info.json", "result.json", "metrics.jsonl", "training-progress.png")
 
 
 def _clock(seconds: float) -> str:
@@ -37,9 +36,9 @@ def _elapsed(status: dict[str, Any]) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from hpcdl.follow import progress
-    from hpcdl.states import resolve_states
-    from hpcdl.store import scan
+    from hpcdl.store.follow import progress
+    from hpcdl.store.states import resolve_states
+    from hpcdl.store.folders import scan
 
     records = scan()
     if args.name:
@@ -62,8 +61,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from hpcdl.follow import progress
-    from hpcdl.job import Job
+    from hpcdl.store.follow import progress
+    from hpcdl.store.job import Job
 
     job = Job.attach(args.id)
     record = job.refresh()
@@ -86,7 +85,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from hpcdl.job import Job
+    from hpcdl.store.job import Job
 
     job = Job.attach(args.id)
     stream = "stderr" if args.stderr else "stdout"
@@ -110,14 +109,14 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from hpcdl.follow import follow
-    from hpcdl.job import Job
+    from hpcdl.store.follow import follow
+    from hpcdl.store.job import Job
 
     return 0 if follow(Job.attach(args.id)) == "COMPLETED" else 1
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    from hpcdl.job import Job
+    from hpcdl.store.job import Job
 
     state = Job.attach(args.id).wait(args.timeout)
     print(state)
@@ -125,7 +124,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from hpcdl.job import Job
+    from hpcdl.store.job import Job
 
     job = Job.attach(args.id)
     job.cancel()
@@ -134,16 +133,17 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from hpcdl.job import Job
+    from hpcdl.store.files import RESULTS
+    from hpcdl.store.job import Job
 
     job = Job.attach(args.id)
     result = job.result(timeout=0 if not args.wait else None)
     target = Path(args.to or job.id).resolve()
     target.mkdir(parents=True, exist_ok=True)
     if job.manifest["kind"] == "train":
-        from hpcdl.follow import format_summary
+        from hpcdl.store.follow import format_summary
 
-        copied = [name for name in RESULT_FILES if (job.folder / name).is_file()]
+        copied = [name for name in RESULTS if (job.folder / name).is_file()]
         for name in copied:
             shutil.copy2(job.folder / name, target / name)
         print(format_summary(result))

@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from hpcdl.compose import compose_config
+from hpcdl.config.compose import compose_config
 from hpcdl.errors import HpcdlError
 
 
@@ -20,7 +20,7 @@ def main(argv: list[str]) -> int:
     from hpcdl.train.job import run_training  # torch is imported only once the config is good
 
     folder = Path(config.training.output_dir or Path("runs") / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    from hpcdl.follow import format_summary
+    from hpcdl.store.follow import format_summary
 
     print(format_summary(run_training(config, folder)))
     print(f"Results in {folder.resolve()}")

@@ -25,10 +25,10 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     from hpcdl.cluster import backend_for
-    from hpcdl.compose import compose_config, config_to_dict
-    from hpcdl.dist.plan import plan_workers
-    from hpcdl.job import submit_job
-    from hpcdl.store import store_root
+    from hpcdl.config.compose import compose_config, config_to_dict
+    from hpcdl.plan import plan_workers
+    from hpcdl.submission import submit_job
+    from hpcdl.store.folders import store_root
 
     try:
         config = compose_config(argv)
@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
           f"  results:  python -m hpcdl.jobs fetch {job.id}")
     if not config.wait:
         return 0
-    from hpcdl.follow import follow, format_summary
+    from hpcdl.store.follow import follow, format_summary
 
     state = follow(job)
     if state != "COMPLETED":

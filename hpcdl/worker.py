@@ -18,11 +18,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from hpcdl.atomic import atomic_save
-from hpcdl.dist.env import LAUNCHER_RANK_VARIABLES, global_rank
-from hpcdl.store import MANIFEST, check_owned, read_json, write_status
+from hpcdl.store.atomic import atomic_save
+from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank
+from hpcdl.store.files import FUNCTION, FUNCTION_RESULT, MANIFEST, STATUS
+from hpcdl.store.folders import check_owned, read_json, write_status
 
-FUNCTION_FILE, RESULT_PICKLE = "function.pkl", "result.pkl"
 
 
 def _lead_rank(manifest: dict[str, Any]) -> int:
@@ -35,7 +35,7 @@ def _run_payload(folder: Path, manifest: dict[str, Any]) -> None:
     if manifest["kind"] == "train":
         from omegaconf import OmegaConf
 
-        from hpcdl.compose import register_configs
+        from hpcdl.config.compose import register_configs
         from hpcdl.config import Config
         from hpcdl.train.job import run_training
 
@@ -45,17 +45,17 @@ def _run_payload(folder: Path, manifest: dict[str, Any]) -> None:
         return
     import cloudpickle
 
-    check_owned(folder / FUNCTION_FILE)
-    with open(folder / FUNCTION_FILE, "rb") as f:
+    check_owned(folder / FUNCTION)
+    with open(folder / FUNCTION, "rb") as f:
         fn, args, kwargs = cloudpickle.load(f)
     result = fn(*args, **kwargs)
     if global_rank() == 0:
-        atomic_save(folder / RESULT_PICKLE, lambda out: cloudpickle.dump(result, out))
+        atomic_save(folder / FUNCTION_RESULT, lambda out: cloudpickle.dump(result, out))
 
 
 def _enforce_local_time_limit(folder: Path, manifest: dict[str, Any]) -> None:
     """Local jobs have no scheduler to end them: at the profile's time limit, record TIMEOUT and exit."""
-    from hpcdl.cluster.profile import time_limit_seconds
+    from hpcdl.config.cluster import time_limit_seconds
 
     def expire() -> None:
         write_status(folder, "TIMEOUT", ended_at=time.time(), reason=f"time limit {cluster['time']} reached")
@@ -69,7 +69,7 @@ def _enforce_local_time_limit(folder: Path, manifest: dict[str, Any]) -> None:
 
 def _launch_ranks(path: Path, manifest: dict[str, Any]) -> None:
     """Local multi-worker jobs: this process starts one rank per worker and names the one that fails."""
-    from hpcdl.dist.launch import launch_local
+    from hpcdl.distributed.launch import launch_local
 
     world = manifest["world_size"]
     rank_command = [sys.executable, "-u", "-m", "hpcdl.worker", str(path)]
@@ -79,7 +79,7 @@ def _launch_ranks(path: Path, manifest: dict[str, Any]) -> None:
     else:
         code, failure = launch_local(rank_command, world)
     if code != 0:
-        own = read_json(path / "status.json") or {}
+        own = read_json(path / STATUS) or {}
         write_status(path, "FAILED", ended_at=time.time(),
                      reason=failure + (f"; {own['reason']}" if own.get("reason") else ""))
         sys.exit(1)

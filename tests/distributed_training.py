@@ -12,7 +12,7 @@ import signal
 import torch
 
 from hpcdl import TrainingOptions, train_network
-from hpcdl.dist.env import global_rank
+from hpcdl.distributed.env import global_rank
 
 STEPS_OPTIONS = dict(solver="sgdm", initial_learn_rate=0.2, momentum=0.9, max_epochs=3, mini_batch_size=24,
                      shuffle="every-epoch", seed=5, verbose=False, l2_regularization=1e-3)

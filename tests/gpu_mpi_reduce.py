@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from hpcdl.dist.allreduce import MpiGradientReducer
-from hpcdl.dist.mpi import world
+from hpcdl.distributed.allreduce import MpiGradientReducer
+from hpcdl.distributed.mpi import world
 
 
 def main() -> None:

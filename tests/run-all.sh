@@ -6,6 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash slurm/cluster.sh up                          # installs slurm, slurmdbd, munge, mariadb, Open MPI if missing
+if [ -z "${VIRTUAL_ENV:-}" ]; then                # a virtual environment of its own: packages the machine
+  python3 -m venv .venv                           # came with (awscli pins botocore) cannot clash with the tests'
+  . .venv/bin/activate
+fi
 trap 'bash slurm/cluster.sh down' EXIT
 python3 -m pip install -q torch==2.13.0          # the CPU build that lies on disk; install it first
 python3 -m pip install -q -e '.[test,mpi]'       # mpi4py finds Debian's Open MPI; moto serves S3 on loopback

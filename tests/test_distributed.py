@@ -13,13 +13,14 @@ import pytest
 import torch
 
 from hpcdl import ConfigError, TrainingOptions, train_network
-from hpcdl.compose import compose_config
-from hpcdl.dist.context import DistContext
-from hpcdl.dist.env import DistEnv
-from hpcdl.dist.launch import launch_local
-from hpcdl.dist.network import NetworkConfig, network_environment
-from hpcdl.dist.plan import plan_workers
-from hpcdl.dist.shares import shares
+from hpcdl.config.compose import compose_config
+from hpcdl.distributed.context import DistContext
+from hpcdl.distributed.env import DistEnv
+from hpcdl.distributed.launch import launch_local
+from hpcdl.cluster.environment import network_environment
+from hpcdl.config import NetworkConfig
+from hpcdl.plan import plan_workers
+from hpcdl.distributed.shares import shares
 from hpcdl.train.loop import epoch_chunks
 from hpcdl.train.schedule import scaled_learn_rate
 from tests.distributed_training import STEPS_OPTIONS, problem

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import hpcdl.job
+import hpcdl
 from hpcdl import JobFailedError
 from tests.conftest import job_folders
 
@@ -45,15 +45,15 @@ def test_training_job_outlives_the_submitting_process_and_is_fetched_later(store
 
 
 def test_batch_function_result_comes_back_in_a_new_process(store: Path) -> None:
-    job = hpcdl.job.batch(add, 2, 40, cluster="local")
-    code = f"import hpcdl.job as j; print(j.Job.attach({job.id!r}).result(timeout=120))"
+    job = hpcdl.batch(add, 2, 40, cluster="local")
+    code = f"import hpcdl.store.job as j; print(j.Job.attach({job.id!r}).result(timeout=120))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "42"
     assert job.state == "COMPLETED"
 
 
 def test_failing_job_shows_failed_with_its_traceback(store: Path) -> None:
-    job = hpcdl.job.batch(sleep_then_fail, 0.1, cluster="local")
+    job = hpcdl.batch(sleep_then_fail, 0.1, cluster="local")
     assert job.wait(timeout=120) == "FAILED"
     with pytest.raises(JobFailedError, match="the network diverged"):
         job.result()
@@ -63,7 +63,7 @@ def test_failing_job_shows_failed_with_its_traceback(store: Path) -> None:
 
 
 def test_cancel_ends_a_running_local_job(store: Path) -> None:
-    job = hpcdl.job.batch(time.sleep, 300, cluster="local")
+    job = hpcdl.batch(time.sleep, 300, cluster="local")
     deadline = time.monotonic() + 60
     while job.refresh().status.get("state") != "RUNNING" and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -76,13 +76,13 @@ def test_job_killed_without_a_result_is_failed_not_running(store: Path) -> None:
     import os
     import signal
 
-    job = hpcdl.job.batch(os.kill, 0, signal.SIGKILL, cluster="local")  # pid 0: its own process group
+    job = hpcdl.batch(os.kill, 0, signal.SIGKILL, cluster="local")  # pid 0: its own process group
     assert job.wait(timeout=60) == "FAILED"
     assert "ended without a result" in job.refresh().reason
 
 
 def test_local_job_past_its_time_limit_ends_as_timeout(store: Path) -> None:
-    job = hpcdl.job.batch(time.sleep, 120, cluster="local", time="0:02")
+    job = hpcdl.batch(time.sleep, 120, cluster="local", time="0:02")
     assert job.wait(timeout=60) == "TIMEOUT"
     assert "time limit 0:02 reached" in job.refresh().reason
 

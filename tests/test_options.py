@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hpcdl import ConfigError, TrainingOptions, train_network
-from hpcdl.compose import compose_config
+from hpcdl.config.compose import compose_config
 from tests.conftest import linear_model
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import hpcdl.job
+import hpcdl
 from hpcdl import JobFailedError
 from tests.conftest import job_folders
 
@@ -65,7 +65,7 @@ def fail() -> None:
     raise ValueError("bad learning rate")
 
 
-def wait_running(job: hpcdl.job.Job, timeout: float = 60) -> None:
+def wait_running(job: hpcdl.store.job.Job, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while job.refresh().status.get("state") != "RUNNING":
         assert time.monotonic() < deadline, f"job {job.id} did not start: {job.state}"
@@ -88,15 +88,15 @@ def test_training_job_completes_on_slurm_and_is_fetched_from_a_new_process(store
 
 
 def test_batch_function_runs_on_slurm_and_its_result_is_read_from_a_new_process(store: Path) -> None:
-    job = hpcdl.job.batch(square, 12.0, cluster="slurm", time="00:05:00")
-    code = f"import hpcdl.job as j; print(j.Job.attach({job.backend_id!r}).result(timeout=180))"
+    job = hpcdl.batch(square, 12.0, cluster="slurm", time="00:05:00")
+    code = f"import hpcdl.store.job as j; print(j.Job.attach({job.backend_id!r}).result(timeout=180))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "144.0"
     assert _sacct_state(job.backend_id) == "COMPLETED"
 
 
 def test_failing_job_is_failed_with_its_traceback(store: Path) -> None:
-    job = hpcdl.job.batch(fail, cluster="slurm", time="00:05:00")
+    job = hpcdl.batch(fail, cluster="slurm", time="00:05:00")
     assert job.wait(timeout=180) == "FAILED"
     with pytest.raises(JobFailedError, match="bad learning rate"):
         job.result()
@@ -105,7 +105,7 @@ def test_failing_job_is_failed_with_its_traceback(store: Path) -> None:
 
 
 def test_cancel_ends_a_running_slurm_job(store: Path) -> None:
-    job = hpcdl.job.batch(time.sleep, 600, cluster="slurm", time="00:15:00")
+    job = hpcdl.batch(time.sleep, 600, cluster="slurm", time="00:15:00")
     wait_running(job)
     assert job.backend_id in _queue()
     _cli("hpcdl.jobs", "cancel", job.id)
@@ -117,7 +117,7 @@ def test_cancel_ends_a_running_slurm_job(store: Path) -> None:
 def test_job_killed_without_a_result_is_failed_even_when_slurm_says_otherwise(store: Path) -> None:
     import signal
 
-    job = hpcdl.job.batch(os.kill, os.getpid() * 0, signal.SIGKILL, cluster="slurm", time="00:05:00")
+    job = hpcdl.batch(os.kill, os.getpid() * 0, signal.SIGKILL, cluster="slurm", time="00:05:00")
     assert job.wait(timeout=180) == "FAILED"
     assert "ended without a result" in job.refresh().reason
 
@@ -125,7 +125,7 @@ def test_job_killed_without_a_result_is_failed_even_when_slurm_says_otherwise(st
 def test_hostile_job_name_is_submitted_verbatim_and_runs_nothing(store: Path, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     name = f"net'; touch {marker}; echo \"$(touch {marker})\""
-    job = hpcdl.job.batch(square, 3.0, cluster="slurm", name=name, time="00:05:00")
+    job = hpcdl.batch(square, 3.0, cluster="slurm", name=name, time="00:05:00")
     assert job.result(timeout=180) == 9.0
     shown = subprocess.run(["scontrol", "show", "job", "-o", job.backend_id], capture_output=True, text=True,
                            check=True).stdout  # the controller keeps ended jobs for MinJobAge seconds
@@ -136,7 +136,7 @@ def test_hostile_job_name_is_submitted_verbatim_and_runs_nothing(store: Path, tm
 def test_allow_listed_variables_travel_and_secrets_stay_out(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-123")
     monkeypatch.setenv("LANG", "C.UTF-8")
-    job = hpcdl.job.batch(read_variables, "MY_SERVICE_TOKEN", "LANG", cluster="slurm", time="00:05:00")
+    job = hpcdl.batch(read_variables, "MY_SERVICE_TOKEN", "LANG", cluster="slurm", time="00:05:00")
     assert job.result(timeout=180) == [None, "C.UTF-8"]  # the allow-list travels, the token does not
     for path in job.folder.rglob("*"):
         if path.is_file():
@@ -189,7 +189,7 @@ def test_two_node_job_trains_across_both_nodes(store: Path, digits_root: Path, c
     done = _cli("hpcdl.submit", "cluster=slurm", "cluster.nodes=2", "cluster.tasks_per_node=1",
                 "training.execution_environment=parallel", f"training.comm={comm}", f"data.root={digits_root}",
                 "training.max_epochs=2", "cluster.time=00:10:00", f"name=two-nodes-{comm}", *extra)
-    job = hpcdl.job.Job.attach(done.stdout.split()[2])
+    job = hpcdl.store.job.Job.attach(done.stdout.split()[2])
     assert job.wait(timeout=300) == "COMPLETED", job.error()
     summary = job.result()
     assert summary["validation_accuracy"] > 0.5
@@ -203,7 +203,7 @@ def test_two_node_job_trains_across_both_nodes(store: Path, digits_root: Path, c
 def test_a_rank_killed_mid_training_fails_the_job_fast_naming_it(store: Path) -> None:
     from tests.distributed_training import train
 
-    job = hpcdl.job.batch(train, "/dev/null", None, "torch", 1, 4, cluster="slurm", nodes=2, time="00:10:00",
+    job = hpcdl.batch(train, "/dev/null", None, "torch", 1, 4, cluster="slurm", nodes=2, time="00:10:00",
                           collective_timeout_s=60)
     start = time.monotonic()
     assert job.wait(timeout=240) == "FAILED"

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from hpcdl import ConfigError
-from hpcdl.cluster.profile import ClusterConfig, exported_environment, time_limit_minutes
+from hpcdl.cluster.environment import exported_environment
+from hpcdl.config.cluster import ClusterConfig, time_limit_minutes
 from hpcdl.cluster.slurm import sbatch_script
-from hpcdl.store import UnsafeFolderError, check_owned, find, new_job_folder, scan, write_json
+from hpcdl.store.folders import UnsafeFolderError, check_owned, find, new_job_folder, scan, write_json
 
 RECORD = Path(__file__).parent / "data" / "sbatch_record.txt"
 

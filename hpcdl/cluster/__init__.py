@@ -1,17 +1,49 @@
-"""Where a job runs: one small interface (check, preview, submit, live_states, cancel, log_path),
-one module per backend."""
+"""Where a job runs: one small interface, one module per backend.
+
+Code outside this package never asks which backend it has: it calls
+``backend_for(name)`` and uses the ``Backend`` protocol.
+"""
 
 from __future__ import annotations
 
-from typing import Union
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional, Protocol
 
-from hpcdl.cluster.local import LocalBackend
-from hpcdl.cluster.slurm import SlurmBackend
+if TYPE_CHECKING:
+    from hpcdl.config.cluster import ClusterConfig
+    from hpcdl.store.folders import JobRecord
 
-Backend = Union[LocalBackend, SlurmBackend]
-BACKENDS = {"local": LocalBackend, "slurm": SlurmBackend}
+
+class Backend(Protocol):
+    """What every backend does: check a profile, show and submit a job, report states, cancel, find logs."""
+
+    name: str
+
+    def check(self, profile: "ClusterConfig") -> Optional[str]:
+        """Raise ConfigError for what the scheduler cannot run; a note when the scheduler could not be asked."""
+
+    def preview(self, profile: "ClusterConfig", folder: Path, name: str, mpi: bool = False) -> str:
+        """The exact script (or command and environment) that submit would start."""
+
+    def submit(self, profile: "ClusterConfig", folder: Path, name: str, mpi: bool = False) -> str:
+        """Start the job stored in ``folder``; returns the scheduler's id for it."""
+
+    def live_states(self, records: list["JobRecord"]) -> Optional[dict[str, str]]:
+        """The scheduler's state of each job it still knows (by hpcdl id); None when it cannot be asked."""
+
+    def cancel(self, record: "JobRecord") -> None:
+        """Stop the job."""
+
+    def log_path(self, record: "JobRecord", rank: int, stream: str) -> Path:
+        """Where rank ``rank``'s stdout or stderr is written."""
 
 
 def backend_for(name: str) -> Backend:
     """The backend a profile's ``backend`` names."""
-    return BACKENDS[name]()
+    if name == "slurm":
+        from hpcdl.cluster.slurm import SlurmBackend
+
+        return SlurmBackend()
+    from hpcdl.cluster.local import LocalBackend
+
+    return LocalBackend()

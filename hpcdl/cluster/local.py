@@ -15,8 +15,10 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from hpcdl.cluster.profile import ClusterConfig, exported_environment, job_environment
-from hpcdl.store import JobRecord
+from hpcdl.cluster.environment import exported_environment, job_environment
+from hpcdl.config.cluster import ClusterConfig
+from hpcdl.store.files import LOGS
+from hpcdl.store.folders import JobRecord
 
 KILL_AFTER_S = 10.0
 
@@ -56,7 +58,7 @@ class LocalBackend:
 
     def submit(self, profile: ClusterConfig, folder: Path, name: str, mpi: bool = False) -> str:
         """Start the job; returns 'PID:START_TICKS'."""
-        logs = folder / "logs"
+        logs = folder / LOGS
         logs.mkdir(mode=0o700, exist_ok=True)
         # cwd: functions pickled by reference import from the submitting folder, as sbatch jobs do
         with open(logs / "stdout.log", "ab") as out, open(logs / "stderr.log", "ab") as err:
@@ -89,4 +91,4 @@ class LocalBackend:
 
     def log_path(self, record: JobRecord, rank: int, stream: str) -> Path:
         """stdout.log or stderr.log of the job (local jobs have one rank)."""
-        return record.folder / "logs" / f"{stream}.log"
+        return record.folder / LOGS / f"{stream}.log"

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from hpcdl.cluster.profile import ClusterConfig, exported_environment, job_environment, time_limit_minutes
+from hpcdl.cluster.environment import exported_environment, job_environment
+from hpcdl.config.cluster import ClusterConfig, time_limit_minutes
 from hpcdl.errors import ConfigError, SubmissionError
-from hpcdl.store import JobRecord
+from hpcdl.store.folders import JobRecord
 
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
           "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD")

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import torch
 
-from hpcdl.atomic import atomic_save
+from hpcdl.store.atomic import atomic_save
 
 PATTERN = re.compile(r"^checkpoint-(\d{9})\.pt$")
 KEEP = 2

@@ -52,8 +52,8 @@ def choose_device(options: TrainingOptions) -> DeviceChoice:
 
 def _worker_device(options: TrainingOptions) -> DeviceChoice:
     """One worker of a multi-gpu or parallel run: its GPU by local rank, or the CPU where none."""
-    from hpcdl.dist.context import rank_device
-    from hpcdl.dist.env import local_env
+    from hpcdl.distributed.context import rank_device
+    from hpcdl.distributed.env import local_env
 
     env, count = options.execution_environment, usable_gpu_count()
     if count == 0:

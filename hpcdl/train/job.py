@@ -16,17 +16,17 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from hpcdl.atomic import atomic_save, atomic_write_text
-from hpcdl.compose import config_to_dict
+from hpcdl.store.atomic import atomic_save, atomic_write_text
+from hpcdl.config.compose import config_to_dict
 from hpcdl.config import Config, ModelConfig
 from hpcdl.data.augment import AugmentedImageDatastore
 from hpcdl.data.digits import digits_folder
 from hpcdl.data.images import ImageDatastore
 from hpcdl.models import build_model
 from hpcdl.train.loop import seed_everything, train_network
+from hpcdl.store.files import CHECKPOINTS, INFO, MODEL, RESULT
 from hpcdl.train.progress import TrainingInfo
 
-MODEL_FILE, INFO_FILE, RESULT_FILE = "model.pt", "info.json", "result.json"
 
 
 def open_datastore(config: Config) -> ImageDatastore:
@@ -70,7 +70,7 @@ def run_training(config: Config, folder: str | Path) -> dict[str, Any]:
     options = dataclasses.replace(
         config.training,
         output_dir=config.training.output_dir or str(folder),
-        checkpoint_path=config.training.checkpoint_path or str(folder / "checkpoints"),
+        checkpoint_path=config.training.checkpoint_path or str(folder / CHECKPOINTS),
     )
     store = open_datastore(config)
     train_set, validation_set = store.split(config.data.validation_fraction, seed=options.seed or 0)
@@ -82,8 +82,8 @@ def run_training(config: Config, folder: str | Path) -> dict[str, Any]:
                                 validation_data=validation_view if len(validation_set) else None)
     if not info.writer:
         return {}
-    atomic_save(folder / MODEL_FILE, lambda f: torch.save(model.state_dict(), f))
-    atomic_write_text(folder / INFO_FILE, json.dumps(dataclasses.asdict(info)))
+    atomic_save(folder / MODEL, lambda f: torch.save(model.state_dict(), f))
+    atomic_write_text(folder / INFO, json.dumps(dataclasses.asdict(info)))
     final = info.final_validation or {}
     summary = {
         "name": config.name, "device": info.device, "stop_reason": info.stop_reason,
@@ -93,16 +93,16 @@ def run_training(config: Config, folder: str | Path) -> dict[str, Any]:
         "classes": info.classes, "network": shape, "skipped_files": info.skipped_files,
         "data_wait_share": round(info.data_wait_share, 4), "config": config_to_dict(config),
     }
-    atomic_write_text(folder / RESULT_FILE, json.dumps(summary, indent=2))
+    atomic_write_text(folder / RESULT, json.dumps(summary, indent=2))
     return summary
 
 
 def load_result(folder: str | Path) -> tuple[nn.Module, TrainingInfo, dict[str, Any]]:
     """The trained network, its TrainingInfo and summary from a finished run's folder."""
     folder = Path(folder)
-    summary = json.loads((folder / RESULT_FILE).read_text())
-    info = TrainingInfo(**json.loads((folder / INFO_FILE).read_text()))
+    summary = json.loads((folder / RESULT).read_text())
+    info = TrainingInfo(**json.loads((folder / INFO).read_text()))
     model = network_for(ModelConfig(**summary["config"]["model"]), summary["network"])
-    model.load_state_dict(torch.load(folder / MODEL_FILE, map_location="cpu", weights_only=True))
+    model.load_state_dict(torch.load(folder / MODEL, map_location="cpu", weights_only=True))
     return model.eval(), info, summary
 

@@ -16,8 +16,8 @@ from hpcdl.config import TrainingOptions
 from hpcdl.data.batches import as_dataset, classes_of
 from hpcdl.data.images import BadImageError
 from hpcdl.data.loader import BatchLoader
-from hpcdl.dist.context import DistContext, init_context
-from hpcdl.dist.shares import global_batch, shares
+from hpcdl.distributed.context import DistContext, init_context
+from hpcdl.distributed.shares import global_batch, shares
 from hpcdl.errors import ConfigError
 from hpcdl.train.checkpoint import load_latest_checkpoint, save_checkpoint
 from hpcdl.train.device import choose_device

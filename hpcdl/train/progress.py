@@ -16,14 +16,13 @@ from typing import Any, Callable, Optional, Sequence, TextIO
 
 import torch
 
-from hpcdl.atomic import atomic_open
+from hpcdl.store.atomic import atomic_open
+from hpcdl.store.files import METRICS, PLOT
 from hpcdl.config import TrainingOptions
 
 Record = dict[str, Any]
 Callback = Callable[[Record], Optional[bool]]
 
-METRICS_FILE = "metrics.jsonl"
-PLOT_FILE = "training-progress.png"
 PLOT_INTERVAL_S = 10.0
 PENDING_LIMIT = 64
 
@@ -95,11 +94,11 @@ class Progress:
         self.folder = Path(options.output_dir) if options.output_dir else None
         if self.folder:
             self.folder.mkdir(parents=True, exist_ok=True)
-            with atomic_open(self.folder / METRICS_FILE) as f:  # a resumed run keeps only its past
+            with atomic_open(self.folder / METRICS) as f:  # a resumed run keeps only its past
                 for record in sorted(info.history + info.validation_history,
                                      key=lambda r: (r["iteration"], r["kind"] == "validation")):
                     f.write(json.dumps(record) + "\n")
-            self.metrics = open(self.folder / METRICS_FILE, "a")
+            self.metrics = open(self.folder / METRICS, "a")
 
     def elapsed(self) -> float:
         """Seconds of training, counting those before a resume."""
@@ -172,7 +171,7 @@ class Progress:
         self.last_plot = time.perf_counter()
         if self.options.plots == "none" or not self.info.history:
             return
-        write_progress_plot(self.folder / PLOT_FILE, self.info)
+        write_progress_plot(self.folder / PLOT, self.info)
 
     def finish(self, reason: str) -> None:
         """Flush everything, note why training stopped, draw the final plot, close the metrics file."""

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from hpcdl.config import DEFAULT_SQUARED_GRADIENT_DECAY, TrainingOptions
+from hpcdl.config.training import DEFAULT_SQUARED_GRADIENT_DECAY, TrainingOptions
 from hpcdl.data.batches import iterate_batches
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

@@ -11,7 +11,7 @@ from dataclasses import field
 from typing import Dict, Optional
 
 from hpcdl.errors import ConfigError
-from hpcdl.options import check_types, options, require_choice
+from hpcdl.config.fields import check_types, options, require_choice
 
 DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 
@@ -42,18 +42,3 @@ class NetworkConfig:
         if self.extra.get("NCCL_NVLS_ENABLE", "0") != "0":
             raise ConfigError("cluster.network.extra: NCCL_NVLS_ENABLE must stay 0 (NVLink multicast can take "
                               "shared GPUs out of service)")
-
-
-def network_environment(network: NetworkConfig) -> dict[str, str]:
-    """The variables the network block sets for every rank."""
-    env = {"NCCL_NVLS_ENABLE": "0"}
-    if not network.fast_multinode_gpu:
-        env.update(NCCL_IB_DISABLE="1", NCCL_NET_GDR_LEVEL="LOC")
-    for name, value in (("NCCL_SOCKET_IFNAME", network.socket_ifname), ("NCCL_IB_HCA", network.ib_hca),
-                        ("NCCL_NET_GDR_LEVEL", network.net_gdr_level), ("NCCL_DEBUG", network.debug)):
-        if value is not None:
-            env[name] = value
-    if network.ib_disable is not None:
-        env["NCCL_IB_DISABLE"] = "1" if network.ib_disable else "0"
-    env.update(network.extra)
-    return env

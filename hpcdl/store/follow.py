@@ -7,11 +7,11 @@ import sys
 import time
 from typing import Any, Optional, TextIO
 
-from hpcdl.job import Job
-from hpcdl.store import JobRecord
+from hpcdl.store.job import Job
+from hpcdl.store.files import METRICS
+from hpcdl.store.folders import JobRecord
 
 TAIL_BYTES = 65536
-METRICS = "metrics.jsonl"
 
 
 def read_records(record: JobRecord, tail_bytes: Optional[int] = TAIL_BYTES) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Cluster profiles: where a job runs and what it asks the scheduler for (config group cluster/)."""
+"""cluster: a profile, where a job runs and what it asks the scheduler for (config group cluster/)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import shutil
 from dataclasses import field
 from typing import Dict, List, Optional
 
-from hpcdl.dist.network import NetworkConfig, network_environment
+from hpcdl.config.network import NetworkConfig
 from hpcdl.errors import ConfigError
-from hpcdl.options import check_types, options, require, require_choice
+from hpcdl.config.fields import check_types, options, require, require_choice
 
 BACKENDS = ("local", "slurm")
 DEFAULT_EXPORT = ["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV",
@@ -135,15 +135,3 @@ class ClusterConfig:
     def time_minutes(self) -> int:
         """The time limit in whole minutes."""
         return time_limit_minutes(self.time)
-
-
-def exported_environment(profile: ClusterConfig, environ: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """The variables a job gets from the submitting shell: the allow-list, never a secret."""
-    environ = dict(os.environ if environ is None else environ)
-    return {name: environ[name] for name in profile.export if name in environ and not is_secret(name)}
-
-
-def job_environment(profile: ClusterConfig) -> Dict[str, str]:
-    """The variables hpcdl sets for every rank: the network block, the collective timeout, the profile's env."""
-    return {**network_environment(profile.network),
-            "HPCDL_COLLECTIVE_TIMEOUT_S": str(profile.collective_timeout_s), **profile.env}

@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from hpcdl.config import TrainingOptions
-from hpcdl.dist.env import DistEnv, discover, local_env
-from hpcdl.dist.shares import shares, worker_loads
+from hpcdl.distributed.env import DistEnv, discover, local_env
+from hpcdl.distributed.shares import shares, worker_loads
 
 DEFAULT_TIMEOUT_S = 300
 
@@ -72,7 +72,7 @@ class DistContext:
         if not self.distributed:
             return model
         if self.comm == "mpi":
-            from hpcdl.dist.allreduce import MpiGradientReducer
+            from hpcdl.distributed.allreduce import MpiGradientReducer
 
             _broadcast_parameters(model, self.mpi_comm)
             self.reducer = MpiGradientReducer(model, self.mpi_comm)
@@ -115,7 +115,7 @@ class DistContext:
             torch.distributed.barrier()
             torch.distributed.destroy_process_group()
         elif self.distributed and self.comm == "mpi":
-            from hpcdl.dist.mpi import world
+            from hpcdl.distributed.mpi import world
 
             world().Barrier()
 
@@ -142,7 +142,7 @@ def init_context(options: TrainingOptions, device: torch.device) -> DistContext:
         return context
     timeout = datetime.timedelta(seconds=float(os.environ.get("HPCDL_COLLECTIVE_TIMEOUT_S", DEFAULT_TIMEOUT_S)))
     if options.comm == "mpi":
-        from hpcdl.dist.mpi import world
+        from hpcdl.distributed.mpi import world
 
         comm = world()
         context.mpi_comm = comm.Split(1 if loads[env.rank] > 0 else context.mpi_module().UNDEFINED, env.rank)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from hpcdl.cluster.profile import ClusterConfig
+from hpcdl.config.cluster import ClusterConfig
 from hpcdl.config import Config
 from hpcdl.errors import ConfigError
 

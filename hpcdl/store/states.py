@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hpcdl.cluster import backend_for
-from hpcdl.store import CANCELLED, FINAL_STATES, STATUS, JobRecord, read_json, write_status
+from hpcdl.store.files import CANCELLED, STATUS
+from hpcdl.store.folders import FINAL_STATES, JobRecord, read_json, write_status
 
 SCHEDULER_FINAL = {"TIMEOUT": "TIMEOUT", "OUT_OF_MEMORY": "OUT_OF_MEMORY", "NODE_FAIL": "NODE_FAIL",
                    "CANCELLED": "CANCELLED", "DEADLINE": "TIMEOUT", "PREEMPTED": "CANCELLED",

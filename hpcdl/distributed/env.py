@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from hpcdl.atomic import atomic_write_text
+from hpcdl.store.atomic import atomic_write_text
 from hpcdl.errors import HpcdlError
 
 RENDEZVOUS_TIMEOUT_S = 300.0
@@ -101,7 +101,7 @@ def discover(job_folder: Optional[Path] = None) -> DistEnv:
     if any(name in env for name in MPI_RANK_VARIABLES):
         from mpi4py import MPI
 
-        from hpcdl.dist.mpi import world
+        from hpcdl.distributed.mpi import world
 
         comm = world()
         address = comm.bcast({"addr": own_address(), "port": free_port()} if comm.rank == 0 else None, root=0)

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from hpcdl.atomic import atomic_write_text
+from hpcdl.store.atomic import atomic_write_text
 from hpcdl.errors import HpcdlError
+from hpcdl.store.files import MANIFEST, STATUS
 
-MANIFEST, STATUS, CANCELLED = "manifest.json", "status.json", "cancelled"
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "LOST")
 DEFAULT_ROOT = Path("~/.hpcdl/jobs")
 ROOTS_FILE = Path("~/.hpcdl/stores")

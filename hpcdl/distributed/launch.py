@@ -13,7 +13,7 @@ import subprocess
 import time
 from typing import Optional, Sequence
 
-from hpcdl.dist.env import free_port
+from hpcdl.distributed.env import free_port
 
 POLL_S = 0.1
 TERMINATE_WAIT_S = 10.0

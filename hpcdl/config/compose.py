@@ -7,13 +7,13 @@ import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from hpcdl.cluster.profile import ClusterConfig
+from hpcdl.config.cluster import ClusterConfig
 from hpcdl.config import AugmentationConfig, Config, DataConfig, ModelConfig, TrainingOptions
-from hpcdl.dist.network import NetworkConfig
+from hpcdl.config.network import NetworkConfig
 from hpcdl.errors import ConfigError
-from hpcdl.options import unknown_key_message
+from hpcdl.config.fields import unknown_key_message
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "training": TrainingOptions, "cluster": ClusterConfig,
             "cluster.network": NetworkConfig, "data.augmentation": AugmentationConfig, "": Config}
 

@@ -1,19 +1,12 @@
-"""The typed config tree: training options, model and data sections, the root config.
-
-Each section is a keyword-only dataclass (see ``hpcdl.options``) registered in
-Hydra's ConfigStore, so the same class is a Python argument and a config group.
-"""
+"""training: how to train, MATLAB's trainingOptions field by field."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import field
 from typing import List, Optional
 
-from hpcdl.cluster.profile import ClusterConfig
+from hpcdl.config.fields import check_types, options, require, require_choice
 from hpcdl.errors import ConfigError
-from hpcdl.models import MODELS
-from hpcdl.options import check_types, options, require, require_choice
 
 SOLVERS = ("sgdm", "adam", "rmsprop")
 SCHEDULES = ("none", "piecewise", "cosine")
@@ -172,7 +165,7 @@ class TrainingOptions:
                 raise ConfigError(f"training.mini_batch_size={self.mini_batch_size}: smaller than the "
                                   f"{computing} computing workers of training.worker_load")
         if self.comm == "mpi":
-            from hpcdl.dist.mpi import check_mpi_available
+            from hpcdl.distributed.mpi import check_mpi_available
 
             check_mpi_available()
         if self.gpus is not None:
@@ -185,115 +178,3 @@ class TrainingOptions:
     def learn_rate(self) -> float:
         """The initial learning rate, with the solver's default filled in."""
         return self.initial_learn_rate if self.initial_learn_rate is not None else DEFAULT_LEARN_RATE[self.solver]
-
-
-@options("model")
-class ModelConfig:
-    """Which built-in network to train (see ``hpcdl.models``)."""
-
-    name: str = "small_cnn"
-    """A network of hpcdl.models.MODELS: small_cnn, mlp, resnet18, resnet50."""
-    width: int = 16
-    """Channels of the first convolution (hidden units for mlp), >= 1."""
-    dropout: float = 0.0
-    """Dropout probability before the classifier, in [0, 1)."""
-
-    def __post_init__(self) -> None:
-        check_types(self)
-        require_choice(self, "name", MODELS)
-        require(self, "width", self.width >= 1, "a positive integer")
-        require(self, "dropout", 0 <= self.dropout < 1, "in [0, 1)")
-
-
-@options("data.augmentation")
-class AugmentationConfig:
-    """MATLAB's imageDataAugmenter for the training images (validation images are only resized or center-cropped)."""
-
-    output_size: Optional[List[int]] = None
-    """[height, width] the network sees; null: no augmented datastore at all."""
-    crop: str = "resize"
-    """resize (to output_size), random (a random output_size window) or center."""
-    random_x_reflection: bool = False
-    """Mirror left-right with probability 1/2."""
-    random_y_reflection: bool = False
-    """Mirror top-bottom with probability 1/2."""
-    rotation: Optional[List[float]] = None
-    """[low, high] degrees."""
-    scale: Optional[List[float]] = None
-    """[low, high] zoom factors."""
-    x_translation: Optional[List[float]] = None
-    """[low, high] pixels."""
-    y_translation: Optional[List[float]] = None
-    """[low, high] pixels."""
-    shear: Optional[List[float]] = None
-    """[low, high] degrees."""
-    brightness: float = 0.0
-    """Colour jitter: brightness factor drawn from [1 - b, 1 + b]."""
-    contrast: float = 0.0
-    """Colour jitter: contrast factor from [1 - c, 1 + c]."""
-    saturation: float = 0.0
-    """Colour jitter: saturation factor from [1 - s, 1 + s]."""
-
-    def __post_init__(self) -> None:
-        check_types(self)
-        require_choice(self, "crop", ("resize", "random", "center"))
-
-
-@options("data")
-class DataConfig:
-    """Which images to train on and how to split them."""
-
-    name: str = "digits"
-    """digits (scikit-learn's 8x8 digits, written once as PNG files under root) or folder (class folders)."""
-    root: Optional[str] = None
-    """Folder of class folders; for digits, where the PNGs are written (default ~/.cache/hpcdl/digits)."""
-    validation_fraction: float = 0.2
-    """Share of each label held out for validation, in [0, 1)."""
-    image_size: Optional[List[int]] = None
-    """Resize every image to [height, width] as it is read; null keeps the files' size."""
-    labels_csv: Optional[str] = None
-    """A CSV of path,label (paths relative to root) instead of class folders."""
-    on_bad_file: str = "error"
-    """error (name the file and stop) or skip (warn, leave it out, count it in the summary)."""
-    augmentation: AugmentationConfig = field(default_factory=AugmentationConfig)
-    """Augmentation of the training images (data.augmentation.output_size turns it on)."""
-
-    def __post_init__(self) -> None:
-        check_types(self)
-        require_choice(self, "name", ("digits", "folder"))
-        require_choice(self, "on_bad_file", ("error", "skip"))
-        require(self, "validation_fraction", 0 <= self.validation_fraction < 1, "in [0, 1)")
-        if self.name == "folder" and self.root is None:
-            raise ConfigError("data.root: required when data.name=folder")
-        size = self.image_size
-        require(self, "image_size", size is None or (len(size) == 2 and min(size) >= 1),
-                "[height, width] of positive integers or null")
-
-
-@options("config")
-class Config:
-    """The root of a composed config: what to train, on what data, how and where."""
-
-    name: str = "train"
-    """Job name: shown in listings and used in folder names."""
-    model: ModelConfig = field(default_factory=ModelConfig)
-    """The network (config group model/)."""
-    data: DataConfig = field(default_factory=DataConfig)
-    """The images (config group data/)."""
-    training: TrainingOptions = field(default_factory=TrainingOptions)
-    """How to train (config group training/)."""
-    cluster: ClusterConfig = field(default_factory=ClusterConfig)
-    """Where to run (config group cluster/): local or a Slurm profile."""
-    dry_run: bool = False
-    """python -m hpcdl.submit: print the exact job script and environment, submit nothing."""
-    wait: bool = False
-    """python -m hpcdl.submit: follow the job with a progress bar until it ends, then print its result."""
-
-    def __post_init__(self) -> None:
-        check_types(self)
-        require(self, "name", bool(self.name.strip()) and "\n" not in self.name, "a non-empty single line")
-        if self.training.validation_patience is not None and self.data.validation_fraction == 0:
-            raise ConfigError("training.validation_patience: set, but data.validation_fraction=0 "
-                              "leaves no validation data")
-        if self.training.output_network == "best-validation-loss" and self.data.validation_fraction == 0:
-            raise ConfigError("training.output_network=best-validation-loss: needs data.validation_fraction > 0")

@@ -1,0 +1,74 @@
+"""data: which images, how they are split and augmented."""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import List, Optional
+
+from hpcdl.config.fields import check_types, options, require, require_choice
+from hpcdl.errors import ConfigError
+
+
+@options("data.augmentation")
+class AugmentationConfig:
+    """MATLAB's imageDataAugmenter for the training images (validation images are only resized or center-cropped)."""
+
+    output_size: Optional[List[int]] = None
+    """[height, width] the network sees; null: no augmented datastore at all."""
+    crop: str = "resize"
+    """resize (to output_size), random (a random output_size window) or center."""
+    random_x_reflection: bool = False
+    """Mirror left-right with probability 1/2."""
+    random_y_reflection: bool = False
+    """Mirror top-bottom with probability 1/2."""
+    rotation: Optional[List[float]] = None
+    """[low, high] degrees."""
+    scale: Optional[List[float]] = None
+    """[low, high] zoom factors."""
+    x_translation: Optional[List[float]] = None
+    """[low, high] pixels."""
+    y_translation: Optional[List[float]] = None
+    """[low, high] pixels."""
+    shear: Optional[List[float]] = None
+    """[low, high] degrees."""
+    brightness: float = 0.0
+    """Colour jitter: brightness factor drawn from [1 - b, 1 + b]."""
+    contrast: float = 0.0
+    """Colour jitter: contrast factor from [1 - c, 1 + c]."""
+    saturation: float = 0.0
+    """Colour jitter: saturation factor from [1 - s, 1 + s]."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        require_choice(self, "crop", ("resize", "random", "center"))
+
+
+@options("data")
+class DataConfig:
+    """Which images to train on and how to split them."""
+
+    name: str = "digits"
+    """digits (scikit-learn's 8x8 digits, written once as PNG files under root) or folder (class folders)."""
+    root: Optional[str] = None
+    """Folder of class folders; for digits, where the PNGs are written (default ~/.cache/hpcdl/digits)."""
+    validation_fraction: float = 0.2
+    """Share of each label held out for validation, in [0, 1)."""
+    image_size: Optional[List[int]] = None
+    """Resize every image to [height, width] as it is read; null keeps the files' size."""
+    labels_csv: Optional[str] = None
+    """A CSV of path,label (paths relative to root) instead of class folders."""
+    on_bad_file: str = "error"
+    """error (name the file and stop) or skip (warn, leave it out, count it in the summary)."""
+    augmentation: AugmentationConfig = field(default_factory=AugmentationConfig)
+    """Augmentation of the training images (data.augmentation.output_size turns it on)."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        require_choice(self, "name", ("digits", "folder"))
+        require_choice(self, "on_bad_file", ("error", "skip"))
+        require(self, "validation_fraction", 0 <= self.validation_fraction < 1, "in [0, 1)")
+        if self.name == "folder" and self.root is None:
+            raise ConfigError("data.root: required when data.name=folder")
+        size = self.image_size
+        require(self, "image_size", size is None or (len(size) == 2 and min(size) >= 1),
+                "[height, width] of positive integers or null")

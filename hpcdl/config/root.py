@@ -1,0 +1,41 @@
+"""The root of the tree: a job's name, its sections and what submit does with it."""
+
+from __future__ import annotations
+
+from dataclasses import field
+
+from hpcdl.config.cluster import ClusterConfig
+from hpcdl.config.data import DataConfig
+from hpcdl.config.fields import check_types, options, require
+from hpcdl.config.model import ModelConfig
+from hpcdl.config.training import TrainingOptions
+from hpcdl.errors import ConfigError
+
+
+@options("config")
+class Config:
+    """The root of a composed config: what to train, on what data, how and where."""
+
+    name: str = "train"
+    """Job name: shown in listings and used in folder names."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The network (config group model/)."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """The images (config group data/)."""
+    training: TrainingOptions = field(default_factory=TrainingOptions)
+    """How to train (config group training/)."""
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """Where to run (config group cluster/): local or a Slurm profile."""
+    dry_run: bool = False
+    """python -m hpcdl.submit: print the exact job script and environment, submit nothing."""
+    wait: bool = False
+    """python -m hpcdl.submit: follow the job with a progress bar until it ends, then print its result."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        require(self, "name", bool(self.name.strip()) and "\n" not in self.name, "a non-empty single line")
+        if self.training.validation_patience is not None and self.data.validation_fraction == 0:
+            raise ConfigError("training.validation_patience: set, but data.validation_fraction=0 "
+                              "leaves no validation data")
+        if self.training.output_network == "best-validation-loss" and self.data.validation_fraction == 0:
+            raise ConfigError("training.output_network=best-validation-loss: needs data.validation_fraction > 0")
