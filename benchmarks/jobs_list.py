@@ -29,8 +29,8 @@ def make_store(root: Path, count: int) -> None:
         folder.mkdir(parents=True)
         write_json(folder / "manifest.json", {
             "id": folder.name, "name": f"net{n}", "kind": "train", "profile": "slurm",
-            "cluster": {"backend": "slurm"}, "submitted_at": n, "backend_id": str(n),
-            "config": {"training": {"max_epochs": 4}}})
+            "submitted_at": n, "backend_id": str(n),
+            "plan": {"cluster": {"backend": "slurm"}, "config": {"training": {"max_epochs": 4}}}})
         write_json(folder / "status.json", {"state": "COMPLETED", "started_at": 0, "ended_at": 60})
         (folder / "metrics.jsonl").write_text("".join(
             json.dumps({"kind": "iteration", "epoch": 1 + i // 10, "iteration": i + 1, "loss": 1.0, "accuracy": 0.5})

@@ -69,7 +69,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     m = record.manifest
     print(f"job       {record.id}  ({m['kind']} '{m['name']}')\n"
           f"state     {record.state}{'  (' + record.reason + ')' if record.reason else ''}\n"
-          f"profile   {m['profile']} ({m['cluster']['backend']}), scheduler id {record.backend_id}\n"
+          f"profile   {m['profile']} ({record.backend}), scheduler id {record.backend_id}\n"
           f"submitted {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(m['submitted_at']))} from "
           f"{m['submitted_from']['host']}:{m['submitted_from']['cwd']}\n"
           f"elapsed   {_elapsed(record.status) or '-'}  host {record.status.get('host', '-')}  "

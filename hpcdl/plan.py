@@ -1,62 +1,205 @@
-"""How many workers a training config needs and what it asks the cluster for; checked before submission."""
+"""resolve(config) -> JobPlan: every rule of a job, checked once at the edge, before anything is written.
+
+The plan is frozen, stored once in the job's manifest and read by every rank,
+which neither re-validates nor re-derives it (``JobPlan.from_dict`` builds the
+sections without running their checks: they ran when the plan was made).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
-from hpcdl.config.cluster import ClusterConfig
-from hpcdl.config import Config
+from hpcdl.cluster.environment import exported_environment, job_environment
+from hpcdl.config import ClusterConfig, Config
+from hpcdl.config.cluster import time_limit_seconds
+from hpcdl.config.root import check_job_name
+from hpcdl.config.fields import restore
 from hpcdl.errors import ConfigError
+
+KINDS = ("train", "function")
+DEVICES = ("cpu", "gpu", "auto")
 
 
 @dataclass(frozen=True)
-class WorkerPlan:
-    """The profile as submitted (one task per GPU for multi-gpu), the number of ranks, and how they talk."""
+class JobPlan:
+    """A job as it will run: what, where, how many ranks and how they share the work."""
 
-    profile: ClusterConfig
-    world_size: int
-    mpi: bool
+    kind: str
+    """train (the built-in trainer on ``config``) or function (hpcdl.batch)."""
+    name: str
+    """The job's name, a single line."""
+    cluster: ClusterConfig
+    """The profile as submitted; for multi-gpu, one task per selected GPU."""
+    config: Optional[Config] = None
+    """The whole config tree of a training job."""
+    world_size: int = 1
+    """Ranks in all."""
+    lead_rank: int = 0
+    """The rank that reports the job's state, prints and writes results: the first with a load above 0."""
+    worker_loads: tuple[float, ...] = (1.0,)
+    """Each rank's share of every mini-batch (MATLAB's WorkerLoad); 0: no computation."""
+    device: str = "auto"
+    """What the ranks compute on: cpu, gpu, or auto (a GPU when the node has a usable one)."""
+    gpus: Optional[tuple[int, ...]] = None
+    """The GPU index of each local rank (training.gpus), or null: the local rank's own."""
+    global_batch: int = 0
+    """Observations per iteration over all workers."""
+    worker_batches: tuple[int, ...] = ()
+    """Each rank's part of a full global batch."""
+    learn_rate: float = 0.0
+    """The initial learning rate after lr_scaling."""
+    mpi: bool = False
+    """Ranks are started by the profile's mpirun and reduce gradients through mpi4py."""
+    time_limit_s: int = 3600
+    """The wall-clock limit, parsed once from cluster.time."""
+    environment: dict[str, str] = field(default_factory=dict)
+    """Variables hpcdl sets for every rank (network block, collective timeout, the profile's env)."""
+    exported: tuple[str, ...] = ()
+    """Names of the variables copied from the submitting shell (their values are never stored)."""
+
+    @property
+    def time_limit_minutes(self) -> int:
+        """The time limit in whole minutes, rounded up (sbatch's unit)."""
+        return -(-self.time_limit_s // 60)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (tuples become lists)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "JobPlan":
+        """The plan a manifest stores, rebuilt without re-validating any section."""
+        values = dict(data)
+        values["cluster"] = restore(ClusterConfig, values["cluster"])
+        values["config"] = restore(Config, values["config"]) if values.get("config") is not None else None
+        for name in ("worker_loads", "worker_batches", "exported"):
+            values[name] = tuple(values.get(name) or ())
+        values["gpus"] = tuple(values["gpus"]) if values.get("gpus") is not None else None
+        return cls(**values)
 
 
-def plan_workers(config: Config) -> WorkerPlan:
-    """Resolve the execution environment against the profile; ConfigError for what cannot run."""
+def resolve(config: Config, gpus_here: Optional[int] = None) -> JobPlan:
+    """The plan of a training job; ConfigError naming the option for anything that cannot run.
+
+    ``gpus_here``: the GPUs of this machine (local profiles); asked only when needed.
+    """
     training, profile = config.training, config.cluster
-    env = training.execution_environment
-    if env in ("auto", "cpu", "gpu"):
-        if profile.nodes * profile.tasks_per_node > 1:
-            raise ConfigError(f"training.execution_environment={env} trains in one process, but the profile asks "
-                              f"for {profile.nodes * profile.tasks_per_node} tasks; use parallel (or multi-gpu)")
-        world = 1
-    elif env == "multi-gpu":
-        if profile.nodes != 1:
-            raise ConfigError("training.execution_environment=multi-gpu: one node; use parallel for several")
-        available = _gpus_available(profile)
-        if available == 0:
-            raise ConfigError("training.execution_environment=multi-gpu: no GPU "
-                              + ("on this machine" if profile.backend == "local" else
-                                 "asked for; set cluster.gpus_per_node"))
-        gpus = training.gpus if training.gpus is not None else list(range(available))
-        if max(gpus) >= available:
-            raise ConfigError(f"training.gpus={gpus}: only {available} GPU(s) (indices 0..{available - 1}) "
-                              + ("on this machine" if profile.backend == "local" else "per node in the profile"))
-        world = len(gpus)
-        profile = dataclasses.replace(profile, tasks_per_node=world)
-    else:
-        world = profile.nodes * profile.tasks_per_node
-    if training.worker_load is not None and len(training.worker_load) != world:
-        raise ConfigError(f"training.worker_load: {len(training.worker_load)} entries for {world} workers "
-                          f"(execution_environment={env}); give one share per worker")
-    computing = world if training.worker_load is None else sum(1 for x in training.worker_load if x > 0)
-    if training.batch_scaling == "global" and training.mini_batch_size < computing:
+    available = _gpus_offered(profile, gpus_here) if _needs_gpu_count(config) else None
+    world, profile = _world(config, available)
+    loads = _worker_loads(training.worker_load, world, training.execution_environment)
+    computing = sum(1 for share in loads if share > 0)
+    batch = training.mini_batch_size * computing if training.batch_scaling == "per_worker" \
+        else training.mini_batch_size
+    if batch < computing:
         raise ConfigError(f"training.mini_batch_size={training.mini_batch_size}: smaller than the {computing} "
                           "computing workers")
-    return WorkerPlan(profile, world, mpi=training.comm == "mpi" and world > 1)
+    device = _device(config, available)
+    mpi = training.comm == "mpi" and world > 1
+    if training.comm == "mpi":
+        from hpcdl.distributed.mpi import check_mpi_available
+
+        check_mpi_available()
+    _check_data(config)
+    from hpcdl.distributed.shares import shares  # the rules the ranks apply, made once here
+    from hpcdl.train.schedule import scaled_learn_rate
+
+    return JobPlan(
+        kind="train", name=config.name, cluster=profile, config=config, world_size=world,
+        lead_rank=next(rank for rank, share in enumerate(loads) if share > 0), worker_loads=tuple(loads),
+        device=device, gpus=tuple(training.gpus) if training.gpus is not None else None, global_batch=batch,
+        worker_batches=tuple(shares(batch, loads)), learn_rate=scaled_learn_rate(training, batch), mpi=mpi,
+        time_limit_s=time_limit_seconds(profile.time), environment=job_environment(profile),
+        exported=tuple(sorted(exported_environment(profile))))
 
 
-def _gpus_available(profile: ClusterConfig) -> int:
-    if profile.backend == "local":
-        from hpcdl.devices import gpu_count
+def resolve_function(profile: ClusterConfig, name: str) -> JobPlan:
+    """The plan of a function job (hpcdl.batch): one rank runs it."""
+    check_job_name(name, "batch: name")
+    if profile.nodes * profile.tasks_per_node > 1:
+        raise ConfigError(f"batch: the profile asks for {profile.nodes * profile.tasks_per_node} tasks, but a "
+                          "function runs in one process; set nodes=1 and tasks_per_node=1")
+    return JobPlan(kind="function", name=name, cluster=profile, time_limit_s=time_limit_seconds(profile.time),
+                   environment=job_environment(profile), exported=tuple(sorted(exported_environment(profile))))
 
-        return gpu_count()
-    return profile.gpus_per_node
+
+def _needs_gpu_count(config: Config) -> bool:
+    training = config.training
+    return training.execution_environment in ("gpu", "multi-gpu") or training.gpus is not None
+
+
+def _gpus_offered(profile: ClusterConfig, gpus_here: Optional[int]) -> int:
+    """GPUs a rank can use: this machine's for local profiles, the profile's GPUs per node on Slurm."""
+    if profile.backend != "local":
+        return profile.gpus_per_node
+    if gpus_here is not None:
+        return gpus_here
+    from hpcdl.gpus import gpu_count
+
+    return gpu_count()
+
+
+def _where(profile: ClusterConfig) -> str:
+    return "on this machine" if profile.backend == "local" else "per node in the profile (cluster.gpus_per_node)"
+
+
+def _world(config: Config, available: Optional[int]) -> tuple[int, ClusterConfig]:
+    """Ranks in all, and the profile as submitted (multi-gpu asks for one task per GPU)."""
+    training, profile = config.training, config.cluster
+    env = training.execution_environment
+    tasks = profile.nodes * profile.tasks_per_node
+    if env in ("auto", "cpu", "gpu"):
+        if tasks > 1:
+            raise ConfigError(f"training.execution_environment={env} trains in one process, but the profile asks "
+                              f"for {tasks} tasks; use parallel (or multi-gpu)")
+        return 1, profile
+    if env == "multi-gpu":
+        if profile.nodes != 1:
+            raise ConfigError("training.execution_environment=multi-gpu: one node; use parallel for several")
+        gpus = training.gpus if training.gpus is not None else list(range(available or 0))
+        if not gpus:
+            raise ConfigError(f"training.execution_environment=multi-gpu: no GPU {_where(profile)}")
+        return len(gpus), dataclasses.replace(profile, tasks_per_node=len(gpus))
+    return tasks, profile
+
+
+def _worker_loads(load: Optional[list[float]], world: int, env: str) -> list[float]:
+    if load is None:
+        return [1.0] * world
+    if len(load) != world:
+        raise ConfigError(f"training.worker_load: {len(load)} entries for {world} workers "
+                          f"(execution_environment={env}); give one share per worker")
+    return [float(share) for share in load]
+
+
+def _device(config: Config, available: Optional[int]) -> str:
+    """cpu, gpu or auto; a GPU asked for where none is offered, or an index beyond them, is an error."""
+    training, profile = config.training, config.cluster
+    env = training.execution_environment
+    if env == "cpu":
+        return "cpu"
+    if available is not None:
+        if available == 0:
+            raise ConfigError(f"training.execution_environment={env}"
+                              + (f" with training.gpus={training.gpus}" if training.gpus is not None else "")
+                              + f": no GPU {_where(profile)}")
+        if training.gpus is not None and max(training.gpus) >= available:
+            raise ConfigError(f"training.gpus={training.gpus}: only {available} GPU(s) (indices 0.."
+                              f"{available - 1}) {_where(profile)}")
+        if training.gpus is not None and len(training.gpus) > 1 and env in ("auto", "gpu"):
+            raise ConfigError(f"training.gpus={training.gpus}: several GPUs need execution_environment="
+                              "multi-gpu; gpu and auto use one")
+    if env in ("gpu", "multi-gpu"):
+        return "gpu"
+    return "auto"
+
+
+def _check_data(config: Config) -> None:
+    """The images a training job reads: a folder of class folders with images (local or fsspec URL)."""
+    data = config.data
+    if data.name == "digits":
+        return  # written on first use from scikit-learn's copy
+    from hpcdl.data.listing import check_image_root
+
+    check_image_root(data.root, data.labels_csv)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -11,10 +10,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from hpcdl.cluster import backend_for
-from hpcdl.config.cluster import ClusterConfig, is_secret
+from hpcdl.config.cluster import is_secret
 from hpcdl.errors import ConfigError
 from hpcdl.store.files import FUNCTION, MANIFEST
 from hpcdl.store.folders import JobRecord, new_job_folder, remember_root, remove_job_folder, store_root, write_json
+from hpcdl.plan import JobPlan, resolve_function
 from hpcdl.store.job import Job
 
 
@@ -31,29 +31,28 @@ def _git_commit(cwd: Path) -> Optional[dict[str, Any]]:
     return {"commit": head.stdout.strip(), "dirty": bool(dirty)}
 
 
-
-def submit_job(kind: str, profile: ClusterConfig, name: str, *, config: Optional[dict[str, Any]] = None,
-               overrides: Sequence[str] = (), payload: Optional[tuple[Callable, tuple, dict]] = None,
-               world_size: int = 1, mpi: bool = False) -> Job:
-    """Write the job into the store and hand it to the profile's backend; nothing stays if that fails."""
-    backend = backend_for(profile.backend)
-    backend.check(profile)
-    root = store_root(profile.store)
+def submit_job(plan: JobPlan, *, overrides: Sequence[str] = (),
+               payload: Optional[tuple[Callable, tuple, dict]] = None) -> Job:
+    """Write the job and its plan into the store and hand it to the backend; nothing stays if that fails."""
+    backend = backend_for(plan.cluster.backend)
+    backend.check(plan)
+    root = store_root(plan.cluster.store)
     job_id, folder = new_job_folder(root)
     try:
         if payload is not None:
             import cloudpickle
 
             from hpcdl.store.atomic import atomic_save
+
             atomic_save(folder / FUNCTION, lambda f: cloudpickle.dump(payload, f))
         manifest = {
-            "id": job_id, "name": name, "kind": kind, "profile": profile.name, "cluster": dataclasses.asdict(profile),
-            "config": config, "overrides": [o for o in overrides if not is_secret(o.split("=")[0])],
+            "id": job_id, "name": plan.name, "kind": plan.kind, "profile": plan.cluster.name,
+            "plan": plan.to_dict(), "overrides": [o for o in overrides if not is_secret(o.split("=")[0])],
             "submitted_at": time.time(), "submitted_from": {"cwd": os.getcwd(), "host": os.uname().nodename},
-            "git": _git_commit(Path.cwd()), "world_size": world_size, "mpi": mpi,
+            "git": _git_commit(Path.cwd()),
         }
         write_json(folder / MANIFEST, manifest)
-        manifest["backend_id"] = backend.submit(profile, folder, name, mpi)
+        manifest["backend_id"] = backend.submit(plan, folder)
         write_json(folder / MANIFEST, manifest)
     except BaseException:
         remove_job_folder(folder)
@@ -74,5 +73,5 @@ def batch(fn: Callable[..., Any], *args: Any, cluster: str = "local", name: Opti
     if not callable(fn):
         raise ConfigError(f"batch: fn must be callable, got {type(fn).__name__}")
     profile = compose_config(overrides).cluster
-    job_name = name or getattr(fn, "__name__", "batch")
-    return submit_job("function", profile, job_name, payload=(fn, args, kwargs or {}))
+    plan = resolve_function(profile, name or getattr(fn, "__name__", "batch"))
+    return submit_job(plan, payload=(fn, args, kwargs or {}))

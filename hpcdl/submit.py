@@ -25,23 +25,24 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     from hpcdl.cluster import backend_for
-    from hpcdl.config.compose import compose_config, config_to_dict
-    from hpcdl.plan import plan_workers
-    from hpcdl.submission import submit_job
+    from hpcdl.config.compose import compose_config
+    from hpcdl.plan import resolve
     from hpcdl.store.folders import store_root
+    from hpcdl.submission import submit_job
 
     try:
         config = compose_config(argv)
-        plan = plan_workers(config)
-        profile = plan.profile
+        plan = resolve(config)
+        profile = plan.cluster
         if config.dry_run:
             backend = backend_for(profile.backend)
-            backend.check(profile)
-            print(backend.preview(profile, store_root(profile.store) / "<job id>", config.name, plan.mpi), end="")
+            note = backend.check(plan, dry_run=True)
+            print(backend.preview(plan, store_root(profile.store) / "<job id>"), end="")
+            if note:
+                print(f"# note: {note}")
             print(f"# {plan.world_size} worker(s); dry run: nothing was submitted")
             return 0
-        job = submit_job("train", profile, config.name, config=config_to_dict(config), overrides=argv,
-                         world_size=plan.world_size, mpi=plan.mpi)
+        job = submit_job(plan, overrides=argv)
     except HpcdlError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

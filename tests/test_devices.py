@@ -8,7 +8,8 @@ import sys
 
 import torch
 
-from hpcdl.devices import GpuInfo, format_table, gpu_count
+from hpcdl.devices import format_table
+from hpcdl.gpus import GpuInfo, gpu_count
 
 
 def _devices(*args: str) -> str:

@@ -19,7 +19,7 @@ from hpcdl.distributed.env import DistEnv
 from hpcdl.distributed.launch import launch_local
 from hpcdl.cluster.environment import network_environment
 from hpcdl.config import NetworkConfig
-from hpcdl.plan import plan_workers
+from hpcdl.plan import resolve
 from hpcdl.distributed.shares import shares
 from hpcdl.train.loop import epoch_chunks
 from hpcdl.train.schedule import scaled_learn_rate
@@ -126,14 +126,14 @@ def test_bad_distributed_settings_fail_before_submission(overrides: list[str], m
     if "multi-gpu" in " ".join(overrides) and "slurm" not in " ".join(overrides) and torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     with pytest.raises(ConfigError) as error:
-        plan_workers(compose_config(overrides))
+        resolve(compose_config(overrides))
     assert message in str(error.value)
 
 
 def test_multi_gpu_on_slurm_asks_one_task_per_gpu() -> None:
-    plan = plan_workers(compose_config(["cluster=slurm", "training.execution_environment=multi-gpu",
+    plan = resolve(compose_config(["cluster=slurm", "training.execution_environment=multi-gpu",
                                         "cluster.gpus_per_node=4", "training.gpus=[0,2]"]))
-    assert plan.world_size == 2 and plan.profile.tasks_per_node == 2 and plan.profile.gpus_per_node == 4
+    assert plan.world_size == 2 and plan.cluster.tasks_per_node == 2 and plan.cluster.gpus_per_node == 4
 
 
 def test_local_parallel_job_with_a_zero_load_worker_completes(store: Path, digits_root: Path,

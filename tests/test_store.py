@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from hpcdl import ConfigError
-from hpcdl.cluster.environment import exported_environment
-from hpcdl.config.cluster import ClusterConfig, time_limit_minutes
+from hpcdl.cluster.environment import exported_environment, job_environment
+from hpcdl.config.cluster import ClusterConfig, time_limit_minutes, time_limit_seconds
+from hpcdl.plan import JobPlan
 from hpcdl.cluster.slurm import sbatch_script
 from hpcdl.store.folders import UnsafeFolderError, check_owned, find, new_job_folder, scan, write_json
 
@@ -63,7 +64,9 @@ def test_sbatch_script_is_pinned_and_quotes_every_value(monkeypatch: pytest.Monk
                             time="1-02:00:00", nodes=2, tasks_per_node=4, gpus_per_node=4, cpus_per_task=8,
                             mem="64G", constraint="h200", sbatch_extra={"exclusive": "user"},
                             setup=["module load cuda/12.4"], env={"NCCL_DEBUG": "WARN", "ODD": "a b'c"})
-    script = sbatch_script(profile, Path("/scratch/ann/jobs/id 1"), "net'; $(rm -rf ~)")
+    plan = JobPlan(kind="train", name="net'; $(rm -rf ~)", cluster=profile, time_limit_s=time_limit_seconds(profile.time),
+                   environment=job_environment(profile), exported=tuple(sorted(exported_environment(profile))))
+    script = sbatch_script(plan, Path("/scratch/ann/jobs/id 1"))
     if record_anew:
         RECORD.write_text(script)
     assert script == RECORD.read_text()
@@ -95,7 +98,7 @@ def test_find_takes_an_id_a_prefix_a_scheduler_id_or_last(tmp_path: Path) -> Non
         folder = tmp_path / f"2612{n}"
         folder.mkdir()
         write_json(folder / "manifest.json", {"id": folder.name, "name": "x", "kind": "function", "profile": "slurm",
-                                              "cluster": {"backend": "slurm"}, "submitted_at": n,
+                                              "plan": {"cluster": {"backend": "slurm"}}, "submitted_at": n,
                                               "backend_id": backend_id})
     assert find("26121", [tmp_path]).id == "26121"
     assert find("102", [tmp_path]).id == "26121"
@@ -111,9 +114,9 @@ def test_list_answers_1000_jobs_from_the_store_quickly(store: Path) -> None:
         folder = store / f"job{n:04d}"
         folder.mkdir()
         write_json(folder / "manifest.json", {"id": folder.name, "name": f"net{n}", "kind": "train",
-                                              "profile": "local", "cluster": {"backend": "local"},
-                                              "submitted_at": n, "backend_id": "1:0",
-                                              "config": {"training": {"max_epochs": 4}}})
+                                              "profile": "local", "submitted_at": n, "backend_id": "1:0",
+                                              "plan": {"cluster": {"backend": "local"},
+                                                       "config": {"training": {"max_epochs": 4}}}})
         write_json(folder / "status.json", {"state": "COMPLETED", "started_at": 0, "ended_at": 60})
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "list"], capture_output=True, text=True, check=True)

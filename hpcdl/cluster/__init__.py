@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Protocol
 
 if TYPE_CHECKING:
-    from hpcdl.config.cluster import ClusterConfig
+    from hpcdl.plan import JobPlan
     from hpcdl.store.folders import JobRecord
 
 
@@ -19,13 +19,13 @@ class Backend(Protocol):
 
     name: str
 
-    def check(self, profile: "ClusterConfig") -> Optional[str]:
-        """Raise ConfigError for what the scheduler cannot run; a note when the scheduler could not be asked."""
+    def check(self, plan: "JobPlan", dry_run: bool = False) -> Optional[str]:
+        """ConfigError for what the scheduler cannot run; in a dry run, a note when it could not be asked."""
 
-    def preview(self, profile: "ClusterConfig", folder: Path, name: str, mpi: bool = False) -> str:
+    def preview(self, plan: "JobPlan", folder: Path) -> str:
         """The exact script (or command and environment) that submit would start."""
 
-    def submit(self, profile: "ClusterConfig", folder: Path, name: str, mpi: bool = False) -> str:
+    def submit(self, plan: "JobPlan", folder: Path) -> str:
         """Start the job stored in ``folder``; returns the scheduler's id for it."""
 
     def live_states(self, records: list["JobRecord"]) -> Optional[dict[str, str]]:

@@ -15,8 +15,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from hpcdl.cluster.environment import exported_environment, job_environment
-from hpcdl.config.cluster import ClusterConfig
+from hpcdl.plan import JobPlan
 from hpcdl.store.files import LOGS
 from hpcdl.store.folders import JobRecord
 
@@ -37,33 +36,36 @@ class LocalBackend:
 
     name = "local"
 
-    def check(self, profile: ClusterConfig) -> None:
-        """Nothing to ask a scheduler: the profile's own checks are enough."""
+    def check(self, plan: JobPlan, dry_run: bool = False) -> Optional[str]:
+        """Nothing to ask a scheduler: the plan's own checks are enough."""
+        return None
 
-    def _command(self, profile: ClusterConfig, folder: Path) -> list[str]:
-        return [os.path.expanduser(profile.python or sys.executable), "-u", "-m", "hpcdl.worker", str(folder)]
+    def _command(self, plan: JobPlan, folder: Path) -> list[str]:
+        python = plan.cluster.python
+        return [os.path.expanduser(python or sys.executable), "-u", "-m", "hpcdl.worker", str(folder)]
 
-    def _environment(self, profile: ClusterConfig) -> dict[str, str]:
+    def _environment(self, plan: JobPlan) -> dict[str, str]:
         # the GPUs this shell may use are the local job's too (on Slurm, the allocation decides)
-        visible = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in os.environ}
-        return {**exported_environment(profile), **visible, **job_environment(profile), "PYTHONUNBUFFERED": "1"}
+        copied = [*plan.exported, "CUDA_VISIBLE_DEVICES"]
+        return {**{k: os.environ[k] for k in copied if k in os.environ}, **plan.environment,
+                "PYTHONUNBUFFERED": "1"}
 
-    def preview(self, profile: ClusterConfig, folder: Path, name: str, mpi: bool = False) -> str:
+    def preview(self, plan: JobPlan, folder: Path) -> str:
         """The command and environment the job would start with."""
-        env = self._environment(profile)
-        lines = [f"# local job {name!r}: a detached process on this machine", "# environment"]
+        env = self._environment(plan)
+        lines = [f"# local job {plan.name!r}: a detached process on this machine", "# environment"]
         lines += [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
-        lines += ["# command", shlex.join(self._command(profile, folder))]
+        lines += ["# command", shlex.join(self._command(plan, folder))]
         return "\n".join(lines) + "\n"
 
-    def submit(self, profile: ClusterConfig, folder: Path, name: str, mpi: bool = False) -> str:
+    def submit(self, plan: JobPlan, folder: Path) -> str:
         """Start the job; returns 'PID:START_TICKS'."""
         logs = folder / LOGS
         logs.mkdir(mode=0o700, exist_ok=True)
         # cwd: functions pickled by reference import from the submitting folder, as sbatch jobs do
         with open(logs / "stdout.log", "ab") as out, open(logs / "stderr.log", "ab") as err:
-            process = subprocess.Popen(self._command(profile, folder), cwd=os.getcwd(),
-                                       env=self._environment(profile), stdin=subprocess.DEVNULL,
+            process = subprocess.Popen(self._command(plan, folder), cwd=os.getcwd(),
+                                       env=self._environment(plan), stdin=subprocess.DEVNULL,
                                        stdout=out, stderr=err, start_new_session=True)
         return f"{process.pid}:{_start_ticks(process.pid) or 0}"
 

@@ -17,20 +17,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from hpcdl.cluster.environment import exported_environment, job_environment
-from hpcdl.config.cluster import ClusterConfig, time_limit_minutes
+from hpcdl.config.cluster import time_limit_minutes
 from hpcdl.errors import ConfigError, SubmissionError
+from hpcdl.plan import JobPlan
 from hpcdl.store.folders import JobRecord
 
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
           "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD")
 QUERY_TIMEOUT_S = 30
+QUERY_TIMEOUT_DRY_RUN_S = 5
 
 
-def _run(command: list[str]) -> str:
+def _run(command: list[str], timeout_s: float = QUERY_TIMEOUT_S) -> str:
     """Run a Slurm client command; SubmissionError with its stderr when it fails."""
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S,
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
                               env=_submission_environment())
     except (OSError, subprocess.TimeoutExpired) as e:
         raise SubmissionError(f"{command[0]} failed: {e}") from e
@@ -79,10 +80,10 @@ def _gpus(gres: str) -> int:
     return total
 
 
-def partitions() -> dict[str, Partition]:
+def partitions(timeout_s: float = QUERY_TIMEOUT_S) -> dict[str, Partition]:
     """The cluster's partitions from one sinfo call (the largest node of each)."""
     found: dict[str, Partition] = {}
-    for line in _run(["sinfo", "-h", "-N", "-o", "%P|%c|%G|%l"]).splitlines():
+    for line in _run(["sinfo", "-h", "-N", "-o", "%P|%c|%G|%l"], timeout_s).splitlines():
         name, cpus, gres, limit = line.strip().split("|")
         default = name.endswith("*")
         name = name.rstrip("*")
@@ -94,20 +95,20 @@ def partitions() -> dict[str, Partition]:
     return found
 
 
-def sbatch_parameters(profile: ClusterConfig, name: str, mpi: bool = False) -> dict[str, Any]:
-    """submitit's SlurmExecutor parameters for ``profile``: the whole schema of the script.
+def sbatch_parameters(plan: JobPlan) -> dict[str, Any]:
+    """submitit's SlurmExecutor parameters for ``plan``: the whole schema of the script.
 
-    With ``mpi`` the ranks are started by the profile's mpirun inside the allocation instead of srun.
+    MPI jobs start their ranks with the profile's mpirun inside the allocation instead of srun.
     """
-    exported = sorted(exported_environment(profile))
+    profile = plan.cluster
     setup = list(profile.setup)
-    setup += [f"export {key}={shlex.quote(value)}" for key, value in sorted(job_environment(profile).items())]
+    setup += [f"export {key}={shlex.quote(value)}" for key, value in sorted(plan.environment.items())]
     setup.append("export SLURM_EXPORT_ENV=ALL  # srun passes this script's environment to every rank")
     parameters: dict[str, Any] = {
-        "job_name": name, "time": profile.time_minutes, "nodes": profile.nodes,
+        "job_name": plan.name, "time": plan.time_limit_minutes, "nodes": profile.nodes,
         "ntasks_per_node": profile.tasks_per_node, "signal_delay_s": profile.signal_delay_s,
-        "setup": setup, "srun_args": ["--kill-on-bad-exit=1"], "use_srun": not mpi,
-        "additional_parameters": {"export": ",".join(exported) or "NONE", **profile.sbatch_extra},
+        "setup": setup, "srun_args": ["--kill-on-bad-exit=1"], "use_srun": not plan.mpi,
+        "additional_parameters": {"export": ",".join(plan.exported) or "NONE", **profile.sbatch_extra},
     }
     optional = {"partition": profile.partition, "account": profile.account, "qos": profile.qos,
                 "cpus_per_task": profile.cpus_per_task, "mem": profile.mem, "constraint": profile.constraint,
@@ -116,19 +117,68 @@ def sbatch_parameters(profile: ClusterConfig, name: str, mpi: bool = False) -> d
     return parameters
 
 
-def _python(profile: ClusterConfig, mpi: bool = False) -> str:
+def _python(plan: JobPlan) -> str:
     """The job's python, behind the profile's mpirun when MPI starts the ranks."""
+    profile = plan.cluster
     python = shlex.quote(os.path.expanduser(profile.python)) if profile.python else shlex.quote(sys.executable)
-    return f"{shlex.join(profile.mpirun)} {python}" if mpi else python
+    return f"{shlex.join(profile.mpirun)} {python}" if plan.mpi else python
 
 
-def sbatch_script(profile: ClusterConfig, folder: Path, name: str, mpi: bool = False) -> str:
-    """The exact sbatch script submitit writes for a job in ``folder``."""
+def sbatch_script(plan: JobPlan, folder: Path) -> str:
+    """The exact sbatch script of a job in ``folder``: what dry_run prints and what submit hands to sbatch."""
     from submitit.slurm.slurm import _make_sbatch_string
 
     logs = folder / "slurm"
-    command = " ".join([_python(profile, mpi), "-u -m submitit.core._submit", shlex.quote(str(logs))])
-    return _make_sbatch_string(command=command, folder=logs, **sbatch_parameters(profile, name, mpi))
+    command = " ".join([_python(plan), "-u -m submitit.core._submit", shlex.quote(str(logs))])
+    return _make_sbatch_string(command=command, folder=logs, **sbatch_parameters(plan))
+
+
+def _executor_class() -> type:
+    """submitit's SlurmExecutor, made to submit the script hpcdl rendered (the one dry_run shows)."""
+    import submitit
+
+    class ScriptExecutor(submitit.SlurmExecutor):
+        def __init__(self, script: str, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.script = script
+
+        def _make_submission_file_text(self, command: str, uid: str) -> str:
+            if command not in self.script:  # the same command, or the preview was not what is submitted
+                raise SubmissionError(f"internal: submitit's command {command!r} is not in the rendered script")
+            return self.script
+
+    return ScriptExecutor
+
+
+def _check_against(plan: JobPlan, found: dict[str, Partition]) -> None:
+    """ConfigError naming the option when the request exceeds what sinfo says the partition has."""
+    profile = plan.cluster
+    if not found:
+        raise SubmissionError("sinfo lists no partition: is this a Slurm cluster?")
+    if profile.partition is None:
+        default = [p for p in found.values() if p.default]
+        if not default:
+            raise ConfigError(f"cluster.partition: this cluster has no default partition; choose one of "
+                              f"{', '.join(sorted(found))}")
+        partition = default[0]
+    elif profile.partition not in found:
+        raise ConfigError(f"cluster.partition: {profile.partition!r} is not a partition of this cluster; "
+                          f"choose one of {', '.join(sorted(found))}")
+    else:
+        partition = found[profile.partition]
+    where = f"partition {partition.name}"
+    if profile.nodes > partition.nodes:
+        raise ConfigError(f"cluster.nodes={profile.nodes}: {where} has {partition.nodes} node(s)")
+    if profile.gpus_per_node > partition.gpus_per_node:
+        raise ConfigError(f"cluster.gpus_per_node={profile.gpus_per_node}: the nodes of {where} offer at "
+                          f"most {partition.gpus_per_node} GPU(s)")
+    cpus = profile.tasks_per_node * (profile.cpus_per_task or 1)
+    if cpus > partition.cpus_per_node:
+        raise ConfigError(f"cluster.tasks_per_node x cpus_per_task = {cpus}: the nodes of {where} have "
+                          f"{partition.cpus_per_node} CPUs")
+    limit = partition.time_limit_minutes
+    if limit is not None and plan.time_limit_minutes > limit:
+        raise ConfigError(f"cluster.time={profile.time}: {where} allows at most {limit} minutes")
 
 
 class SlurmBackend:
@@ -136,52 +186,35 @@ class SlurmBackend:
 
     name = "slurm"
 
-    def check(self, profile: ClusterConfig) -> None:
-        """Compare the request with what the cluster has; ConfigError naming the option if it cannot run."""
-        found = partitions()
-        if not found:
-            raise SubmissionError("sinfo lists no partition: is this a Slurm cluster?")
-        if profile.partition is None:
-            default = [p for p in found.values() if p.default]
-            if not default:
-                raise ConfigError(f"cluster.partition: this cluster has no default partition; choose one of "
-                                  f"{', '.join(sorted(found))}")
-            partition = default[0]
-        elif profile.partition not in found:
-            raise ConfigError(f"cluster.partition: {profile.partition!r} is not a partition of this cluster; "
-                              f"choose one of {', '.join(sorted(found))}")
-        else:
-            partition = found[profile.partition]
-        where = f"partition {partition.name}"
-        if profile.nodes > partition.nodes:
-            raise ConfigError(f"cluster.nodes={profile.nodes}: {where} has {partition.nodes} node(s)")
-        if profile.gpus_per_node > partition.gpus_per_node:
-            raise ConfigError(f"cluster.gpus_per_node={profile.gpus_per_node}: the nodes of {where} offer at "
-                              f"most {partition.gpus_per_node} GPU(s)")
-        cpus = profile.tasks_per_node * (profile.cpus_per_task or 1)
-        if cpus > partition.cpus_per_node:
-            raise ConfigError(f"cluster.tasks_per_node x cpus_per_task = {cpus}: the nodes of {where} have "
-                              f"{partition.cpus_per_node} CPUs")
-        limit = partition.time_limit_minutes
-        if limit is not None and profile.time_minutes > limit:
-            raise ConfigError(f"cluster.time={profile.time}: {where} allows at most {limit} minutes")
+    def check(self, plan: JobPlan, dry_run: bool = False) -> Optional[str]:
+        """Compare the request with what the cluster has; ConfigError naming the option if it cannot run.
 
-    def preview(self, profile: ClusterConfig, folder: Path, name: str, mpi: bool = False) -> str:
+        A dry run needs no controller: when sinfo does not answer, the note says what was not checked.
+        """
+        try:
+            found = partitions(QUERY_TIMEOUT_DRY_RUN_S if dry_run else QUERY_TIMEOUT_S)
+        except SubmissionError as e:
+            if not dry_run:
+                raise
+            return (f"the controller did not answer ({e}); partition, nodes, GPUs, CPUs and time limit "
+                    "were not checked against the cluster")
+        _check_against(plan, found)
+        return None
+
+    def preview(self, plan: JobPlan, folder: Path) -> str:
         """The sbatch script and the variables that travel with the job."""
-        env = exported_environment(profile)
-        lines = [sbatch_script(profile, folder, name, mpi).rstrip("\n"), "",
+        lines = [sbatch_script(plan, folder).rstrip("\n"), "",
                  "# variables copied from the submitting shell (--export allow-list):"]
-        lines += [f"#   {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+        lines += [f"#   {name}" for name in plan.exported]
         return "\n".join(lines) + "\n"
 
-    def submit(self, profile: ClusterConfig, folder: Path, name: str, mpi: bool = False) -> str:
-        """sbatch the job through submitit; returns Slurm's job id."""
-        import submitit
-
+    def submit(self, plan: JobPlan, folder: Path) -> str:
+        """sbatch the job's script (the one preview shows) through submitit; returns Slurm's job id."""
         from hpcdl.worker import run_job
 
-        executor = submitit.SlurmExecutor(folder=folder / "slurm", python=_python(profile, mpi), max_num_timeout=0)
-        executor.update_parameters(**sbatch_parameters(profile, name, mpi))
+        executor = _executor_class()(sbatch_script(plan, folder), folder=folder / "slurm", python=_python(plan),
+                                   max_num_timeout=0)
+        executor.update_parameters(**sbatch_parameters(plan))
         try:
             with _outside_any_job():
                 job = executor.submit(run_job, str(folder))

@@ -8,7 +8,7 @@ import shutil
 from dataclasses import field
 from typing import Dict, List, Optional
 
-from hpcdl.config.network import NetworkConfig
+from hpcdl.config.network import NetworkConfig, refuse_nvls
 from hpcdl.errors import ConfigError
 from hpcdl.config.fields import check_types, options, require, require_choice
 
@@ -123,6 +123,7 @@ class ClusterConfig:
             if is_secret(name):
                 raise ConfigError(f"cluster.env/export: {name} looks like a secret (its name holds one of "
                                   f"{', '.join(SECRET_WORDS)}); secrets never go into job scripts or the store")
+        refuse_nvls(self.env, "cluster.env")
         if self.python is not None and shutil.which(os.path.expanduser(self.python)) is None:
             raise ConfigError(f"cluster.python: {self.python!r} is not an executable python on this machine")
         if self.backend == "local":
@@ -130,8 +131,3 @@ class ClusterConfig:
                 if getattr(self, name) is not None:
                     raise ConfigError(f"cluster.{name}: a Slurm setting, but cluster.backend=local")
             require(self, "nodes", self.nodes == 1, "1 with backend=local")
-
-    @property
-    def time_minutes(self) -> int:
-        """The time limit in whole minutes."""
-        return time_limit_minutes(self.time)

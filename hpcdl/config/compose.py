@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import typing
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -46,6 +47,19 @@ def _unknown_key(error: BaseException) -> Optional[str]:
     return None
 
 
+def refuse_unknown_keys(node: Any, schema: type, section: str = "") -> None:
+    """ConfigError for the first key of ``node`` that ``schema`` lacks (Hydra's ``+key=`` adds any key).
+
+    Mapping fields (env, sbatch_extra, network.extra) take any key; nested sections are checked in turn.
+    """
+    hints = typing.get_type_hints(schema)
+    for key in node.keys():
+        if key not in hints:
+            raise ConfigError(unknown_key_message(section or "config", str(key), hints))
+        if dataclasses.is_dataclass(hints[key]):
+            refuse_unknown_keys(node[key], hints[key], f"{section}.{key}".lstrip("."))
+
+
 def compose_config(overrides: Sequence[str] = (), config_dir: Path = CONF_DIR) -> Config:
     """Compose ``config.yaml`` with ``overrides`` and validate every section; ConfigError if bad."""
     from hydra import compose, initialize_config_dir
@@ -59,6 +73,7 @@ def compose_config(overrides: Sequence[str] = (), config_dir: Path = CONF_DIR) -
             search = [f"file://{d}" for d in user_config_dirs()]
             extra = [f"hydra.searchpath=[{','.join(search)}]"] if search else []
             composed = compose("config", overrides=extra + list(overrides))
+        refuse_unknown_keys(composed, Config)
         return OmegaConf.to_object(composed)  # runs every section's __post_init__ checks
     except ConfigError:
         raise

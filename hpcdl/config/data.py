@@ -41,6 +41,16 @@ class AugmentationConfig:
     def __post_init__(self) -> None:
         check_types(self)
         require_choice(self, "crop", ("resize", "random", "center"))
+        size = self.output_size
+        require(self, "output_size", size is None or (len(size) == 2 and min(size) >= 1),
+                "[height, width] of positive integers or null")
+        for name in ("rotation", "scale", "x_translation", "y_translation", "shear"):
+            bounds = getattr(self, name)
+            require(self, name, bounds is None or (len(bounds) == 2 and bounds[0] <= bounds[1]),
+                    "[low, high] with low <= high, or null")
+        require(self, "scale", self.scale is None or self.scale[0] > 0, "[low, high] of factors above 0")
+        for name in ("brightness", "contrast", "saturation"):
+            require(self, name, 0 <= getattr(self, name) < 1, "in [0, 1)")
 
 
 @options("data")

@@ -109,3 +109,23 @@ def require(obj: Any, name: str, ok: bool, rule: str) -> None:
     """Raise ConfigError naming ``section.name`` and the ``rule`` it breaks unless ``ok``."""
     if not ok:
         raise ConfigError(f"{obj._section}.{name}: must be {rule}, got {getattr(obj, name)!r}")
+
+
+def restore(cls: type[T], data: dict[str, Any]) -> T:
+    """Section ``cls`` rebuilt from its stored dict WITHOUT its checks: for a tree that was checked when made.
+
+    Keys the class lacks are ignored; fields the dict lacks take their defaults.
+    """
+    hints = typing.get_type_hints(cls)
+    section = object.__new__(cls)
+    for spec in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if spec.name in data:
+            value = data[spec.name]
+            if dataclasses.is_dataclass(hints[spec.name]) and isinstance(value, dict):
+                value = restore(hints[spec.name], value)
+        elif spec.default is not dataclasses.MISSING:
+            value = spec.default
+        else:
+            value = spec.default_factory()  # type: ignore[misc]
+        object.__setattr__(section, spec.name, value)
+    return section

@@ -16,6 +16,13 @@ from hpcdl.config.fields import check_types, options, require_choice
 DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 
 
+def refuse_nvls(variables: Dict[str, str], where: str) -> None:
+    """ConfigError when ``variables`` would turn NVLink multicast on, wherever they come from."""
+    if variables.get("NCCL_NVLS_ENABLE", "0") != "0":
+        raise ConfigError(f"{where}: NCCL_NVLS_ENABLE must stay 0 (NVLink multicast can take shared GPUs "
+                          "out of service)")
+
+
 @options("cluster.network")
 class NetworkConfig:
     """How ranks talk across nodes."""
@@ -39,6 +46,4 @@ class NetworkConfig:
         check_types(self)
         if self.debug is not None:
             require_choice(self, "debug", DEBUG_LEVELS)
-        if self.extra.get("NCCL_NVLS_ENABLE", "0") != "0":
-            raise ConfigError("cluster.network.extra: NCCL_NVLS_ENABLE must stay 0 (NVLink multicast can take "
-                              "shared GPUs out of service)")
+        refuse_nvls(self.extra, "cluster.network.extra")

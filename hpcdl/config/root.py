@@ -6,10 +6,16 @@ from dataclasses import field
 
 from hpcdl.config.cluster import ClusterConfig
 from hpcdl.config.data import DataConfig
-from hpcdl.config.fields import check_types, options, require
+from hpcdl.config.fields import check_types, options
 from hpcdl.config.model import ModelConfig
 from hpcdl.config.training import TrainingOptions
 from hpcdl.errors import ConfigError
+
+
+def check_job_name(name: str, option: str) -> None:
+    """ConfigError unless ``name`` is a non-empty line without control characters (it reaches scripts)."""
+    if not name.strip() or any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise ConfigError(f"{option}: must be a non-empty line without control characters, got {name!r}")
 
 
 @options("config")
@@ -33,7 +39,7 @@ class Config:
 
     def __post_init__(self) -> None:
         check_types(self)
-        require(self, "name", bool(self.name.strip()) and "\n" not in self.name, "a non-empty single line")
+        check_job_name(self.name, "name")
         if self.training.validation_patience is not None and self.data.validation_fraction == 0:
             raise ConfigError("training.validation_patience: set, but data.validation_fraction=0 "
                               "leaves no validation data")

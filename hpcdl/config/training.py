@@ -160,14 +160,6 @@ class TrainingOptions:
         if load is not None:
             require(self, "worker_load", len(load) > 0 and min(load) >= 0, "a non-empty list of shares >= 0")
             require(self, "worker_load", sum(load) > 0, "a list with at least one share above 0")
-            computing = sum(1 for share in load if share > 0)
-            if self.batch_scaling == "global" and self.mini_batch_size < computing:
-                raise ConfigError(f"training.mini_batch_size={self.mini_batch_size}: smaller than the "
-                                  f"{computing} computing workers of training.worker_load")
-        if self.comm == "mpi":
-            from hpcdl.distributed.mpi import check_mpi_available
-
-            check_mpi_available()
         if self.gpus is not None:
             require(self, "gpus", len(self.gpus) > 0 and min(self.gpus) >= 0, "a non-empty list of indices >= 0")
             require(self, "gpus", len(set(self.gpus)) == len(self.gpus), "a list without repeats")

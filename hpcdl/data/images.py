@@ -21,22 +21,15 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from hpcdl.data.listing import class_folders, filesystem, images_in
 from hpcdl.errors import ConfigError, HpcdlError
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 MODES = {1: "L", 3: "RGB"}
 BAD_FILE_POLICIES = ("error", "skip")
 
 
 class BadImageError(HpcdlError, OSError):
     """An image file that cannot be read; the message names the file and the problem."""
-
-
-def _filesystem(root: str | os.PathLike) -> tuple[Any, str]:
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(str(root))
-    return fs, path.rstrip("/")
 
 
 class ImageDatastore(Dataset):
@@ -47,10 +40,10 @@ class ImageDatastore(Dataset):
                  on_bad_file: str = "error") -> None:
         if on_bad_file not in BAD_FILE_POLICIES:
             raise ConfigError(f"data.on_bad_file: {on_bad_file!r} is not allowed; choose one of error, skip")
-        self.fs, self.root = _filesystem(root)
+        self.fs, self.root = filesystem(root)
         self.local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
         if not self.fs.isdir(self.root):
-            raise ConfigError(f"image datastore: {root} is not a folder")
+            raise ConfigError(f"image datastore: {root} is not a folder")  # a CSV's root too
         paths, names = self._from_csv(labels_csv) if labels_csv else self._from_folders(root)
         self.classes = sorted(set(names))
         index = {name: i for i, name in enumerate(self.classes)}
@@ -63,15 +56,9 @@ class ImageDatastore(Dataset):
             raise ConfigError(f"image datastore: channels must be 1 or 3, got {self.channels}")
 
     def _from_folders(self, root: Any) -> tuple[list[str], list[str]]:
-        folders = sorted(e["name"] for e in self.fs.ls(self.root, detail=True) if e["type"] == "directory")
-        if not folders:
-            raise ConfigError(f"image datastore: {root} holds no class folders")
         paths, names = [], []
-        for folder in folders:
-            files = sorted(f for f in self.fs.ls(folder, detail=False) if f.lower().endswith(IMAGE_SUFFIXES))
-            if not files:
-                raise ConfigError(f"image datastore: class folder {folder} holds no images "
-                                  f"({', '.join(IMAGE_SUFFIXES)})")
+        for folder in class_folders(self.fs, self.root, str(root)):
+            files = images_in(self.fs, folder)
             paths += files
             names += [folder.rstrip("/").rsplit("/", 1)[-1]] * len(files)
         return paths, names

@@ -120,8 +120,13 @@ class JobRecord:
         return self.manifest["id"]
 
     @property
+    def plan(self) -> dict[str, Any]:
+        """The job plan as stored (a dict: the store's readers import no torch or hydra)."""
+        return self.manifest["plan"]
+
+    @property
     def backend(self) -> str:
-        return self.manifest["cluster"]["backend"]
+        return self.plan["cluster"]["backend"]
 
     @property
     def backend_id(self) -> Optional[str]:

@@ -39,7 +39,7 @@ def progress(record: JobRecord, records: Optional[list[dict[str, Any]]] = None) 
     records = read_records(record) if records is None else records
     iterations = [r for r in records if r["kind"] == "iteration"]
     validations = [r for r in records if r["kind"] == "validation" and r.get("accuracy") is not None]
-    config = record.manifest.get("config") or {}
+    config = record.plan.get("config") or {}
     max_epochs = (config.get("training") or {}).get("max_epochs")
     view: dict[str, Any] = {"max_epochs": max_epochs}
     if iterations:
