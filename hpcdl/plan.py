@@ -115,13 +115,13 @@ def resolve(config: Config, gpus_here: Optional[int] = None) -> JobPlan:
 
 
 def resolve_function(profile: ClusterConfig, name: str) -> JobPlan:
-    """The plan of a function job (hpcdl.batch): one rank runs it."""
+    """The plan of a function job (hpcdl.batch): every rank runs the function with the distributed
+    variables set (torchrun's on the local profile, Slurm's on Slurm); rank 0's return value is the result."""
     check_job_name(name, "batch: name")
-    if profile.nodes * profile.tasks_per_node > 1:
-        raise ConfigError(f"batch: the profile asks for {profile.nodes * profile.tasks_per_node} tasks, but a "
-                          "function runs in one process; set nodes=1 and tasks_per_node=1")
-    return JobPlan(kind="function", name=name, cluster=profile, time_limit_s=time_limit_seconds(profile.time),
-                   environment=job_environment(profile), exported=tuple(sorted(exported_environment(profile))))
+    world = profile.nodes * profile.tasks_per_node
+    return JobPlan(kind="function", name=name, cluster=profile, world_size=world, worker_loads=(1.0,) * world,
+                   time_limit_s=time_limit_seconds(profile.time), environment=job_environment(profile),
+                   exported=tuple(sorted(exported_environment(profile))))
 
 
 def _needs_gpu_count(config: Config) -> bool:

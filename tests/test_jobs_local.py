@@ -52,6 +52,21 @@ def test_batch_function_result_comes_back_in_a_new_process(store: Path) -> None:
     assert job.state == "COMPLETED"
 
 
+def note_rank(folder: str) -> str:
+    import os
+
+    rank, world = os.environ["RANK"], os.environ["WORLD_SIZE"]
+    Path(folder, f"rank{rank}").write_text(world)
+    return f"rank {rank} of {world}"
+
+
+def test_batch_with_two_tasks_runs_the_function_on_every_rank(store: Path, tmp_path: Path) -> None:
+    job = hpcdl.batch(note_rank, str(tmp_path), cluster="local", tasks_per_node=2)
+    assert job.result(timeout=120) == "rank 0 of 2"
+    assert sorted(p.name for p in tmp_path.glob("rank*")) == ["rank0", "rank1"]
+    assert (tmp_path / "rank1").read_text() == "2"
+
+
 def test_failing_job_shows_failed_with_its_traceback(store: Path) -> None:
     job = hpcdl.batch(sleep_then_fail, 0.1, cluster="local")
     assert job.wait(timeout=120) == "FAILED"
