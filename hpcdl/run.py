@@ -12,6 +12,10 @@ from hpcdl.errors import HpcdlError
 
 def main(argv: list[str]) -> int:
     """Compose the config from ``argv`` overrides, train, print where the results are."""
+    from hpcdl.config.help import help_or_cfg
+
+    if (answered := help_or_cfg(argv, __doc__)) is not None:
+        return answered
     try:
         config = compose_config(argv)
     except HpcdlError as e:

@@ -17,9 +17,10 @@ USAGE = __doc__
 
 def main(argv: list[str]) -> int:
     """Submit the training job ``argv`` describes; 0 on success, 2 on a bad config, 1 if it failed."""
-    if any(a in ("-h", "--help") for a in argv):
-        print(USAGE)
-        return 0
+    from hpcdl.config.help import help_or_cfg
+
+    if (answered := help_or_cfg(argv, USAGE)) is not None:
+        return answered
     if any(a in ("-m", "--multirun") for a in argv):
         print("error: sweeps (-m) are not in this version of hpcdl yet; submit one job per setting",
               file=sys.stderr)
