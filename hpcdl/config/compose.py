@@ -8,15 +8,11 @@ import typing
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from hpcdl.config.cluster import ClusterConfig
-from hpcdl.config import AugmentationConfig, Config, DataConfig, ModelConfig, TrainingOptions
-from hpcdl.config.network import NetworkConfig
-from hpcdl.errors import ConfigError
+from hpcdl.config import Config
 from hpcdl.config.fields import unknown_key_message
+from hpcdl.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-SECTIONS = {"model": ModelConfig, "data": DataConfig, "training": TrainingOptions, "cluster": ClusterConfig,
-            "cluster.network": NetworkConfig, "data.augmentation": AugmentationConfig, "": Config}
 
 
 def user_config_dirs() -> list[Path]:
@@ -39,7 +35,9 @@ def _unknown_key(error: BaseException) -> Optional[str]:
     while error is not None:
         if isinstance(error, (ConfigAttributeError, ConfigKeyError)) and getattr(error, "full_key", None):
             *parents, key = str(error.full_key).split(".")
-            section = SECTIONS.get(".".join(parents))
+            from hpcdl.config.help import sections  # help reads compose's folders: imported here, not above
+
+            section = sections().get(".".join(parents))
             if section is not None:
                 names = [f.name for f in dataclasses.fields(section)]
                 return unknown_key_message(".".join(parents) or "config", key, names)
