@@ -2,8 +2,9 @@
 
 ``run_job(folder)`` marks the job RUNNING, runs its payload (a built-in
 training run, or a function given to ``hpcdl.batch``), writes the result, and
-marks it COMPLETED, or FAILED with the traceback before re-raising, so that the
-scheduler sees the failure too. Rank 0 alone writes the status.
+marks it COMPLETED once every rank has returned, or FAILED with the traceback
+before re-raising, so that the scheduler sees the failure too. The lead rank
+writes RUNNING; a failing rank writes FAILED.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from pathlib import Path
 from hpcdl.store.atomic import atomic_save
 from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank
 from hpcdl.plan import JobPlan
-from hpcdl.store.files import FUNCTION, FUNCTION_RESULT, MANIFEST, STATUS
+from hpcdl.store.files import FUNCTION, FUNCTION_RESULT, MANIFEST, RANKS_DONE, STATUS
 from hpcdl.store.folders import check_owned, read_json, write_status
-
 
 
 def _run_payload(folder: Path, plan: JobPlan) -> None:
@@ -100,8 +100,18 @@ def run_job(folder: str) -> None:
         write_status(path, "FAILED", ended_at=time.time(), rank=global_rank(),  # whichever rank fails says why
                      reason=f"rank {global_rank()}: {type(e).__name__}: {e}", traceback=traceback.format_exc())
         raise
-    if lead:
+    if _all_ranks_done(path, plan):
         write_status(path, "COMPLETED", ended_at=time.time())
+
+
+def _all_ranks_done(folder: Path, plan: JobPlan) -> bool:
+    """Note that this rank returned; True for the rank that completes the set (the job is done only then)."""
+    if plan.world_size == 1:
+        return True
+    done = folder / RANKS_DONE
+    done.mkdir(mode=0o700, exist_ok=True)
+    (done / str(global_rank())).touch()
+    return len(list(done.iterdir())) >= plan.world_size
 
 
 if __name__ == "__main__":
