@@ -3,6 +3,7 @@ that the ranks read without validating again, a dry run that needs no controller
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 from hpcdl.config import Config
 from hpcdl.config.compose import compose_config
 from hpcdl.plan import JobPlan, resolve
+from hpcdl.train.job import run_training
 from tests.conftest import job_folders
 
 BAD_OVERRIDES = [
@@ -100,6 +102,29 @@ def test_a_rank_reads_the_stored_plan_without_validating_it(monkeypatch: pytest.
     restored = JobPlan.from_dict(stored)
     assert calls == []
     assert restored.config.training.max_epochs == 2 and isinstance(restored.config, Config)
+
+
+def _option_classes(section: object) -> set[type]:
+    """The class of ``section`` and of every section nested in it."""
+    found = {type(section)}
+    for field in dataclasses.fields(section):
+        value = getattr(section, field.name)
+        if dataclasses.is_dataclass(value):
+            found |= _option_classes(value)
+    return found
+
+
+def test_a_rank_trains_from_the_stored_plan_without_validating_any_option(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    plan = resolve(compose_config(["training.max_epochs=1", "training.verbose=false", "training.plots=none",
+                                   "data.augmentation.output_size=[8,8]"]))
+    restored = JobPlan.from_dict(json.loads(json.dumps(plan.to_dict())))
+    calls = []
+    for section in _option_classes(restored.config):
+        monkeypatch.setattr(section, "__post_init__", lambda self: calls.append(type(self).__name__))
+    summary = run_training(restored.config, tmp_path / "job")
+    assert summary["iterations"] > 0 and (tmp_path / "job" / "model.pt").is_file()
+    assert calls == []
 
 
 def test_dry_run_with_the_controller_down_prints_the_script(store: Path, tmp_path: Path) -> None:

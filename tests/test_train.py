@@ -168,3 +168,26 @@ def test_regression_with_mse_reports_no_accuracy() -> None:
     _, info = train_network((x, y), model, TrainingOptions(loss="mse", initial_learn_rate=0.1, max_epochs=20,
                                                            mini_batch_size=16, **QUIET))
     assert info.history[-1]["accuracy"] is None and info.history[-1]["loss"] < 0.01
+
+
+class FailsAtIndex(torch.utils.data.Dataset):
+    """Eight observations; reading index 5 raises, as a broken reader would."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if index == 5:
+            raise OSError("the disk went away")
+        return torch.ones(4), torch.tensor(0)
+
+
+def test_background_workers_are_stopped_when_training_fails() -> None:
+    import multiprocessing
+
+    options = TrainingOptions(max_epochs=1, mini_batch_size=2, shuffle="never", dispatch_in_background=True,
+                              num_workers=2, **QUIET)
+    with pytest.raises(OSError, match="the disk went away") as raised:
+        train_network(FailsAtIndex(), linear_model(), options)
+    assert raised.value.__traceback__ is not None  # the traceback (and its frames) are still held here
+    assert multiprocessing.active_children() == []

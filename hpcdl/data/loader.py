@@ -90,6 +90,14 @@ class BatchLoader:
         """A host batch on the device (float32 images in [0, 1])."""
         return None if batch is None else to_device(*batch, self.device, self.memory_format)
 
+    def close(self) -> None:
+        """Stop the background workers now, as Lightning does (persistent workers otherwise live as long as
+        anything, such as a traceback, holds the loader)."""
+        iterator = getattr(self.loader, "_iterator", None)
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+        self.loader = None
+
     def epoch(self, chunks: Sequence[torch.Tensor], epoch: int) -> Iterator[Optional[Batch]]:
         """The batches of ``chunks`` in order, on the device; None for a batch whose every file was skipped."""
         return (self.to_device(batch) for batch in self.host_batches(chunks, epoch))

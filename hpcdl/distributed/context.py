@@ -108,13 +108,15 @@ class DistContext:
 
         return MPI
 
-    def close(self) -> None:
-        """Leave the process group (a barrier first, so no rank tears down under another)."""
+    def close(self, barrier: bool = True) -> None:
+        """Leave the process group: after a barrier, so no rank tears down under another, unless this
+        rank failed (``barrier=False``: its peers may be gone and would never reach it)."""
         if self.distributed and self.comm == "torch" and torch.distributed.is_initialized():
             gc.collect()  # DDP's reducer holds reference cycles; it must be gone before its process group
-            torch.distributed.barrier()
+            if barrier:
+                torch.distributed.barrier()
             torch.distributed.destroy_process_group()
-        elif self.distributed and self.comm == "mpi":
+        elif self.distributed and self.comm == "mpi" and barrier:
             from hpcdl.distributed.mpi import world
 
             world().Barrier()

@@ -7,12 +7,16 @@ lists and dicts only, so a checkpoint cannot run code when it is read.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
+from torch import nn
 
 from hpcdl.store.atomic import atomic_save
+from hpcdl.train.progress import TrainingInfo
+from hpcdl.train.validation import BestValidation
 
 PATTERN = re.compile(r"^checkpoint-(\d{9})\.pt$")
 KEEP = 2
@@ -51,3 +55,49 @@ def load_latest_checkpoint(folder: Optional[str | Path]) -> Optional[dict[str, A
     if not found:
         return None
     return torch.load(found[-1][1], map_location="cpu", weights_only=True)
+
+
+@dataclass
+class RunState:
+    """What a run carries from one iteration to the next, and across a resume."""
+
+    shuffle_seed: int
+    """Seed of the epoch orders (drawn once when the options give none)."""
+    best: BestValidation
+    """The best validation so far."""
+    iteration: int = 0
+    """Iterations done."""
+    elapsed_before: float = 0.0
+    """Seconds of training before this process resumed."""
+
+
+def save_run(folder: Path, state: RunState, elapsed_s: float, model: nn.Module, optimizer: torch.optim.Optimizer,
+             scaler: torch.amp.GradScaler, device: torch.device, info: TrainingInfo) -> Path:
+    """Checkpoint everything a resume needs after ``state.iteration``."""
+    return save_checkpoint(folder, state.iteration, {
+        "iteration": state.iteration, "elapsed_s": elapsed_s, "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(), "rng_cpu": torch.get_rng_state(),
+        "rng_cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+        "history": info.history, "validation_history": info.validation_history,
+        "best_loss": state.best.loss, "bad_validations": state.best.bad_validations,
+        "best_model": state.best.weights, "shuffle_seed": state.shuffle_seed})
+
+
+def restore_run(folder: Optional[Path], state: RunState, model: nn.Module, optimizer: torch.optim.Optimizer,
+                scaler: torch.amp.GradScaler, device: torch.device, info: TrainingInfo) -> bool:
+    """Load the newest checkpoint in ``folder`` into the run's parts; False when there is none."""
+    saved = load_latest_checkpoint(folder)
+    if saved is None:
+        return False
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    scaler.load_state_dict(saved["scaler"])
+    torch.set_rng_state(saved["rng_cpu"])
+    if device.type == "cuda" and saved["rng_cuda"] is not None:
+        torch.cuda.set_rng_state(saved["rng_cuda"], device)
+    info.history, info.validation_history = saved["history"], saved["validation_history"]
+    state.iteration, state.elapsed_before, state.shuffle_seed = (saved["iteration"], saved["elapsed_s"],
+                                                                 saved["shuffle_seed"])
+    state.best.loss, state.best.bad_validations = saved["best_loss"], saved["bad_validations"]
+    state.best.weights = saved["best_model"]
+    return True

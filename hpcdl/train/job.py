@@ -67,11 +67,7 @@ def run_training(config: Config, folder: str | Path) -> dict[str, Any]:
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    options = dataclasses.replace(
-        config.training,
-        output_dir=config.training.output_dir or str(folder),
-        checkpoint_path=config.training.checkpoint_path or str(folder / CHECKPOINTS),
-    )
+    options = config.training
     store = open_datastore(config)
     train_set, validation_set = store.split(config.data.validation_fraction, seed=options.seed or 0)
     seed_everything(options.seed)
@@ -79,7 +75,8 @@ def run_training(config: Config, folder: str | Path) -> dict[str, Any]:
     shape = network_shape(train_view)
     model = network_for(config.model, shape)
     model, info = train_network(train_view, model, options,
-                                validation_data=validation_view if len(validation_set) else None)
+                                validation_data=validation_view if len(validation_set) else None,
+                                output_dir=folder, checkpoint_path=folder / CHECKPOINTS)
     if not info.writer:
         return {}
     atomic_save(folder / MODEL, lambda f: torch.save(model.state_dict(), f))

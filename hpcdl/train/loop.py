@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import random
 import time
-from typing import Any, Iterator, Optional, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -17,12 +17,14 @@ from hpcdl.data.batches import as_dataset, classes_of
 from hpcdl.data.images import BadImageError
 from hpcdl.data.loader import BatchLoader
 from hpcdl.distributed.context import DistContext, init_context
-from hpcdl.distributed.shares import global_batch, shares
+from hpcdl.distributed.shares import shares
 from hpcdl.errors import ConfigError
-from hpcdl.train.checkpoint import load_latest_checkpoint, save_checkpoint
+from hpcdl.train.checkpoint import RunState, restore_run, save_run
 from hpcdl.train.device import choose_device
 from hpcdl.train.progress import Callback, Progress, TrainingInfo
-from hpcdl.train.schedule import learn_rate_at, scaled_learn_rate
+from hpcdl.train.schedule import learn_rate_at
+from hpcdl.train.settings import RunSettings, run_settings
+from hpcdl.train.validation import BestValidation
 from hpcdl.train.steps import (autocast, clip_gradients, correct_count, evaluate_totals, make_loss, make_optimizer,
                                validation_record)
 
@@ -58,24 +60,10 @@ def epoch_chunks(order: torch.Tensor, batch: int, context: DistContext) -> tuple
     return local, totals
 
 
-def _effective_options(options: TrainingOptions, context: DistContext) -> tuple[TrainingOptions, int]:
-    """Options with the scaled learning rate, and the global batch, as the run reports them."""
-    batch = global_batch(options.mini_batch_size, context.loads, options.batch_scaling)
-    effective = dataclasses.replace(options, initial_learn_rate=scaled_learn_rate(options, batch))
-    if not context.lead:
-        effective = dataclasses.replace(effective, verbose=False, output_dir=None, plots="none")
-    if context.distributed and context.lead and options.verbose:
-        per_worker = shares(batch, context.loads)
-        print(f"[hpcdl] {len(context.computing)} computing worker(s) of {context.env.world_size}; global "
-              f"mini-batch {batch}, per worker {per_worker}; learning rate {effective.learn_rate:.6g} "
-              f"(lr_scaling={options.lr_scaling}); comm={options.comm}", flush=True)
-    return effective, batch
-
-
-def _check_inputs(options: Any, has_validation: bool) -> None:
+def _check_inputs(options: Any, has_validation: bool, output_dir: Optional[str | Path]) -> None:
     if not isinstance(options, TrainingOptions):
         raise ConfigError(f"options: expected hpcdl.TrainingOptions, got {type(options).__name__}")
-    if options.plots != "none" and options.output_dir is None:
+    if options.plots != "none" and not (options.output_dir or output_dir):
         raise ConfigError("training.output_dir: required when training.plots=training-progress")
     if options.validation_patience is not None and not has_validation:
         raise ConfigError("training.validation_patience: set, but no validation_data was given")
@@ -83,160 +71,189 @@ def _check_inputs(options: Any, has_validation: bool) -> None:
         raise ConfigError("training.output_network=best-validation-loss: needs validation_data")
 
 
+@dataclass
+class Step:
+    """One optimisation step: forward, loss, backward, the gradient exchange, the update."""
+
+    model: nn.Module
+    forward: Optional[nn.Module]
+    """The model as trained: wrapped for the gradient exchange, compiled if asked."""
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    cast: Callable[[], ContextManager]
+    context: DistContext
+    options: TrainingOptions
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, total: int, learn_rate: float
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Train on this rank's (x, y) of a global batch of ``total``; returns the loss and the outputs."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = learn_rate
+        with self.cast():
+            out = self.forward(x)
+            loss = self.loss_fn(out, y)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss * self.context.loss_scale(len(y), total)).backward()
+        self.context.finish_gradients()
+        if self.options.gradient_clip != "none":
+            self.scaler.unscale_(self.optimizer)
+            clip_gradients(self.model, self.options)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return loss, out
+
+
+def make_step(model: nn.Module, options: TrainingOptions, learn_rate: float, context: DistContext,
+              device: torch.device) -> Step:
+    """The step of ``model`` (already on ``device``) with the options' solver, loss and precision."""
+    forward = context.wrap(model)
+    return Step(model=model, forward=torch.compile(forward) if options.compile else forward,
+                optimizer=make_optimizer(model, options, learn_rate),
+                scaler=torch.amp.GradScaler(device.type, enabled=options.precision == "fp16"),
+                loss_fn=make_loss(options), cast=autocast(options, device), context=context, options=options)
+
+
+_END = object()
+
+
+def timed_batches(batches: Iterator[Any], loader: BatchLoader, info: TrainingInfo) -> Iterator[tuple[Any, float]]:
+    """Each batch on the device with the seconds the loop waited for it on the host (added to
+    info.data_wait_s; the copy is not counted, as its launch may wait for the device)."""
+    while True:
+        start = time.perf_counter()
+        batch = next(batches, _END)
+        waited = time.perf_counter() - start
+        info.data_wait_s += waited
+        if batch is _END:
+            return
+        yield loader.to_device(batch), waited
+
+
+class Validation:
+    """Validation of the run's model on this rank's share of the validation data, summed over ranks."""
+
+    def __init__(self, data: Optional[Any], step: Step, options: TrainingOptions, device: torch.device,
+                 memory_format: torch.memory_format) -> None:
+        self.data, self.step, self.options = data, step, options
+        self.device, self.memory_format = device, memory_format
+        self.indices = step.context.local_chunk(torch.arange(len(data))) if data is not None else None
+
+    def due(self, iteration: int) -> bool:
+        """Whether the run validates after ``iteration``."""
+        return self.data is not None and iteration % self.options.validation_frequency == 0
+
+    def __call__(self, epoch: int, state: RunState) -> dict[str, Any]:
+        """Validate now; the result counts toward the best validation of ``state``."""
+        totals = evaluate_totals(self.step.forward, self.data, self.indices, self.options, self.device,
+                                 self.memory_format)
+        result = {"epoch": epoch, "iteration": state.iteration,
+                  **validation_record(self.step.context.all_sum(totals), self.options)}
+        state.best.note(result["loss"], self.step.model)
+        return result
+
+
+def run_epochs(step: Step, loader: BatchLoader, validation: Validation, progress: Progress, state: RunState,
+               settings: RunSettings, train_size: int, per_epoch: int) -> str:
+    """Train from ``state`` to the end (or an early stop); returns why training stopped."""
+    options, context, info = step.options, step.context, progress.info
+    checkpoint_unit = options.checkpoint_frequency_unit if settings.checkpoint_path else None
+    for epoch in range(state.iteration // per_epoch, options.max_epochs):
+        order = epoch_order(options, train_size, epoch, state.shuffle_seed)
+        chunks, totals = epoch_chunks(order, settings.global_batch, context)
+        skip = state.iteration - epoch * per_epoch  # batches done before a resume
+        batches = timed_batches(loader.host_batches(chunks[skip:], epoch), loader, info)
+        for (loaded, waited), total in zip(batches, totals[skip:]):
+            if loaded is None:  # every file of this batch was unreadable and skipped
+                if context.distributed:
+                    raise BadImageError("a whole mini-batch of unreadable images: the other workers would wait")
+                state.iteration += 1
+                continue
+            x, y = loaded
+            learn_rate = learn_rate_at(options, state.iteration, per_epoch, settings.learn_rate)
+            loss, out = step(x, y, total, learn_rate)
+            state.iteration += 1
+            progress.step(epoch + 1, state.iteration, learn_rate, loss,
+                          correct_count(out, y, options.loss == "crossentropy"), len(y), waited)
+            stop = progress.end_iteration(validation(epoch + 1, state) if validation.due(state.iteration) else None)
+            if progress.callbacks and context.distributed:
+                stop = context.any_true(stop, x.device)  # a stop asked on any worker stops them all
+            if checkpoint_unit == "iteration" and state.iteration % options.checkpoint_frequency == 0:
+                checkpoint(step, state, progress, settings)
+            if stop or state.best.exhausted(options.validation_patience):
+                return "callback" if stop else "validation-patience"
+        if checkpoint_unit == "epoch" and (epoch + 1) % options.checkpoint_frequency == 0:
+            checkpoint(step, state, progress, settings)
+    return "max-epochs"
+
+
+def checkpoint(step: Step, state: RunState, progress: Progress, settings: RunSettings) -> None:
+    """Flush the records (every rank), then let the lead worker save the run."""
+    progress.flush()
+    if step.context.lead:
+        device = next(step.model.parameters()).device
+        save_run(settings.checkpoint_path, state, progress.elapsed(), step.model, step.optimizer, step.scaler,
+                 device, progress.info)
+
+
 def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions] = None, *,
-                  validation_data: Any = None, callbacks: Sequence[Callback] = ()
+                  validation_data: Any = None, callbacks: Sequence[Callback] = (),
+                  output_dir: Optional[str | Path] = None, checkpoint_path: Optional[str | Path] = None
                   ) -> tuple[nn.Module, TrainingInfo]:
     """Train ``model`` on ``data`` (a Dataset of (x, y) or an (x, y) tensor pair).
 
     Returns the trained network and a TrainingInfo with every iteration's and
     validation's record. Each callback receives the iteration record (with the
     validation result, if one was computed) and stops training by returning True.
+    ``output_dir`` and ``checkpoint_path`` stand in for the options' when those are unset.
     """
     options = options if options is not None else TrainingOptions()
-    _check_inputs(options, validation_data is not None)
+    _check_inputs(options, validation_data is not None, output_dir)
     train_set = as_dataset(data, "data")
     val_set = as_dataset(validation_data, "validation_data") if validation_data is not None else None
     choice = choose_device(options)
     device = choice.device
     seed_everything(options.seed)
     context = init_context(options, device)
-    options, batch = _effective_options(options, context)
+    settings = run_settings(options, context, output_dir, checkpoint_path)
     memory_format = torch.channels_last if options.channels_last else torch.contiguous_format
     model = model.to(device, memory_format=memory_format)
     info = TrainingInfo(device=f"{device} ({choice.reason})", classes=classes_of(data), writer=context.lead)
-    if not context.computes:  # WorkerLoad 0: this worker does no training computation
-        context.close()
-        info.stop_reason = "no-load"
-        return model, info
-    optimizer = make_optimizer(model, options)
-    scaler = torch.amp.GradScaler(device.type, enabled=options.precision == "fp16")
-    wrapped = context.wrap(model)
-    forward = torch.compile(wrapped) if options.compile else wrapped
-    loss_fn, cast = make_loss(options), autocast(options, device)
-    classification = options.loss == "crossentropy"
-    per_epoch = len(epoch_chunks(torch.arange(len(train_set)), batch, context)[1])
-    if per_epoch == 0:
-        raise ConfigError(f"data: {len(train_set)} observations cannot give each of the "
-                          f"{len(context.computing)} computing workers a sample")
-    val_indices = context.local_chunk(torch.arange(len(val_set))) if val_set is not None else None
-
-    iteration, elapsed_before, best_loss, bad_validations, best_weights = 0, 0.0, math.inf, 0, None
-    shuffle_seed = options.seed if options.seed is not None else int(torch.randint(2**31, ()).item())
-    resumed = load_latest_checkpoint(options.checkpoint_path)
-    if resumed:
-        model.load_state_dict(resumed["model"])
-        optimizer.load_state_dict(resumed["optimizer"])
-        scaler.load_state_dict(resumed["scaler"])
-        torch.set_rng_state(resumed["rng_cpu"])
-        if device.type == "cuda" and resumed["rng_cuda"] is not None:
-            torch.cuda.set_rng_state(resumed["rng_cuda"], device)
-        info.history, info.validation_history = resumed["history"], resumed["validation_history"]
-        iteration, elapsed_before = resumed["iteration"], resumed["elapsed_s"]
-        best_loss, bad_validations = resumed["best_loss"], resumed["bad_validations"]
-        best_weights, shuffle_seed = resumed["best_model"], resumed["shuffle_seed"]
-    progress = Progress(options, info, callbacks, elapsed_before)
-    if resumed and options.verbose:
-        print(f"Resumed from the checkpoint of iteration {iteration} in {options.checkpoint_path}")
-
-    def checkpoint() -> None:
-        progress.flush()
-        if not context.lead:
-            return
-        save_checkpoint(options.checkpoint_path, iteration, {
-            "iteration": iteration, "elapsed_s": progress.elapsed(), "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-            "rng_cpu": torch.get_rng_state(),
-            "rng_cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-            "history": info.history, "validation_history": info.validation_history,
-            "best_loss": best_loss, "bad_validations": bad_validations, "best_model": best_weights,
-            "shuffle_seed": shuffle_seed})
-
-    def validate(epoch: int) -> dict[str, Any]:
-        nonlocal best_loss, bad_validations, best_weights
-        totals = context.all_sum(evaluate_totals(forward, val_set, val_indices, options, device, memory_format))
-        result = {"epoch": epoch, "iteration": iteration, **validation_record(totals, options)}
-        if result["loss"] < best_loss:
-            best_loss, bad_validations = result["loss"], 0
-            if options.output_network == "best-validation-loss":
-                best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        else:
-            bad_validations += 1
-        return result
-
-    loader = BatchLoader(train_set, device, memory_format, options.dispatch_in_background, options.num_workers,
-                         options.prefetch_factor)
-
-    last_wait = [0.0]
-
-    def timed(batches: Iterator[Any]) -> Iterator[Any]:
-        """The batches on the device, noting the time the loop waited for each host batch (not the copy,
-        whose launch may wait for the GPU) in last_wait and info.data_wait_s."""
-        end = object()
-        while True:
-            start = time.perf_counter()
-            batch = next(batches, end)
-            last_wait[0] = time.perf_counter() - start
-            info.data_wait_s += last_wait[0]
-            if batch is end:
-                return
-            yield loader.to_device(batch)
-
-    every_iterations = options.checkpoint_path and options.checkpoint_frequency_unit == "iteration"
-    every_epochs = options.checkpoint_path and options.checkpoint_frequency_unit == "epoch"
-    reason = "max-epochs"
-    model.train()
-    for epoch in range(iteration // per_epoch, options.max_epochs):
-        chunks, totals = epoch_chunks(epoch_order(options, len(train_set), epoch, shuffle_seed), batch, context)
-        skip = iteration - epoch * per_epoch  # batches already done before a resume
-        for loaded, total in zip(timed(loader.host_batches(chunks[skip:], epoch)), totals[skip:]):
-            if loaded is None:  # every file of this batch was unreadable and skipped
-                if context.distributed:
-                    raise BadImageError("a whole mini-batch of unreadable images: the other workers would wait")
-                iteration += 1
-                continue
-            x, y = loaded
-            learn_rate = learn_rate_at(options, iteration, per_epoch)
-            for group in optimizer.param_groups:
-                group["lr"] = learn_rate
-            with cast():
-                out = forward(x)
-                loss = loss_fn(out, y)
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss * context.loss_scale(len(y), total)).backward()
-            context.finish_gradients()
-            if options.gradient_clip != "none":
-                scaler.unscale_(optimizer)
-                clip_gradients(model, options)
-            scaler.step(optimizer)
-            scaler.update()
-            iteration += 1
-            progress.step(epoch + 1, iteration, learn_rate, loss, correct_count(out, y, classification), len(y),
-                          last_wait[0])
-            due = val_set is not None and iteration % options.validation_frequency == 0
-            stop = progress.end_iteration(validate(epoch + 1) if due else None)
-            if callbacks and context.distributed:
-                stop = context.any_true(stop, device)  # a stop asked on any worker stops them all
-            if every_iterations and iteration % options.checkpoint_frequency == 0:
-                checkpoint()
-            patience = options.validation_patience
-            if stop or (patience is not None and bad_validations >= patience):
-                reason = "callback" if stop else "validation-patience"
-                break
-        else:
-            if every_epochs and (epoch + 1) % options.checkpoint_frequency == 0:
-                checkpoint()
-            continue
-        break
-
-    last = info.validation_history[-1]["iteration"] if info.validation_history else None
-    if val_set is not None and last != iteration:
-        progress.flush()
-        progress.add_validation(validate(min(iteration // per_epoch + 1, options.max_epochs)))
-    if best_weights is not None:
-        model.load_state_dict(best_weights)
-    info.skipped_files, info.train_s = loader.skipped, progress.elapsed() - elapsed_before
-    progress.finish(reason)
-    forward = wrapped = loader = None  # DDP and the workers go before their process group (else an abort at exit)
-    context.close()
+    step = loader = None
+    failed = True
+    try:
+        if not context.computes:  # WorkerLoad 0: this worker does no training computation
+            info.stop_reason, failed = "no-load", False
+            return model, info
+        per_epoch = len(epoch_chunks(torch.arange(len(train_set)), settings.global_batch, context)[1])
+        if per_epoch == 0:
+            raise ConfigError(f"data: {len(train_set)} observations cannot give each of the "
+                              f"{len(context.computing)} computing workers a sample")
+        step = make_step(model, options, settings.learn_rate, context, device)
+        seed = options.seed if options.seed is not None else int(torch.randint(2**31, ()).item())
+        state = RunState(shuffle_seed=seed, best=BestValidation(options.output_network == "best-validation-loss"))
+        resumed = restore_run(settings.checkpoint_path, state, model, step.optimizer, step.scaler, device, info)
+        if resumed and settings.verbose:
+            print(f"Resumed from the checkpoint of iteration {state.iteration} in {settings.checkpoint_path}")
+        progress = Progress(options, settings, info, callbacks, state.elapsed_before)
+        loader = BatchLoader(train_set, device, memory_format, options.dispatch_in_background,
+                             options.num_workers, options.prefetch_factor)
+        validation = Validation(val_set, step, options, device, memory_format)
+        model.train()
+        reason = run_epochs(step, loader, validation, progress, state, settings, len(train_set), per_epoch)
+        last = info.validation_history[-1]["iteration"] if info.validation_history else None
+        if val_set is not None and last != state.iteration:
+            progress.flush()
+            progress.add_validation(validation(min(state.iteration // per_epoch + 1, options.max_epochs), state))
+        if state.best.weights is not None:
+            model.load_state_dict(state.best.weights)
+        info.skipped_files, info.train_s = loader.skipped, progress.elapsed() - state.elapsed_before
+        progress.finish(reason)
+        failed = False
+    finally:
+        if loader is not None:
+            loader.close()
+        step = validation = loader = None  # DDP goes before its process group (else an abort at exit)
+        context.close(barrier=not failed)
     model.eval()
     return model, info

@@ -19,6 +19,7 @@ import torch
 from hpcdl.store.atomic import atomic_open
 from hpcdl.store.files import METRICS, PLOT
 from hpcdl.config import TrainingOptions
+from hpcdl.train.settings import RunSettings
 
 Record = dict[str, Any]
 Callback = Callable[[Record], Optional[bool]]
@@ -82,16 +83,17 @@ def _num(value: Optional[float]) -> str:
 class Progress:
     """Collects step results and turns them into records, table rows, files and callback calls."""
 
-    def __init__(self, options: TrainingOptions, info: TrainingInfo, callbacks: Sequence[Callback],
-                 elapsed_before: float = 0.0, out: Optional[TextIO] = None) -> None:
-        self.options, self.info, self.callbacks = options, info, list(callbacks)
+    def __init__(self, options: TrainingOptions, settings: RunSettings, info: TrainingInfo,
+                 callbacks: Sequence[Callback], elapsed_before: float = 0.0, out: Optional[TextIO] = None) -> None:
+        self.verbose, self.verbose_frequency, self.plots = settings.verbose, options.verbose_frequency, settings.plots
+        self.info, self.callbacks = info, list(callbacks)
         self.out = out or sys.stdout
         self.start = time.perf_counter() - elapsed_before
         self.pending: list[tuple[int, int, float, float, torch.Tensor, Optional[torch.Tensor], int, float]] = []
         self.last_time = self.start
         self.last_plot = 0.0
         self.header_printed = False
-        self.folder = Path(options.output_dir) if options.output_dir else None
+        self.folder = settings.output_dir
         if self.folder:
             self.folder.mkdir(parents=True, exist_ok=True)
             with atomic_open(self.folder / METRICS) as f:  # a resumed run keeps only its past
@@ -113,13 +115,13 @@ class Progress:
     def end_iteration(self, validation: Optional[Record]) -> bool:
         """Emit what is due after an iteration; True when a callback asked to stop."""
         iteration = self.pending[-1][1]
-        row_due = self.options.verbose and (iteration == 1 or iteration % self.options.verbose_frequency == 0)
+        row_due = self.verbose and (iteration == 1 or iteration % self.verbose_frequency == 0)
         if self.callbacks or row_due or validation or len(self.pending) >= PENDING_LIMIT:
             self.flush()
         if validation:
             self.add_validation(validation)
         record = self.info.history[-1] if self.info.history and self.info.history[-1]["iteration"] == iteration else None
-        if record and (row_due or validation) and self.options.verbose:
+        if record and (row_due or validation) and self.verbose:
             self.print_row(record, validation)
         stop = False
         for callback in self.callbacks:
@@ -169,7 +171,7 @@ class Progress:
     def plot(self) -> None:
         """Redraw training-progress.png (atomically) when plots=training-progress."""
         self.last_plot = time.perf_counter()
-        if self.options.plots == "none" or not self.info.history:
+        if not self.plots or not self.folder or not self.info.history:
             return
         write_progress_plot(self.folder / PLOT, self.info)
 
@@ -177,7 +179,7 @@ class Progress:
         """Flush everything, note why training stopped, draw the final plot, close the metrics file."""
         self.flush()
         self.info.stop_reason = reason
-        if self.options.verbose:
+        if self.verbose:
             print(f"Training finished: {reason}", file=self.out, flush=True)
         self.plot()
         if self.folder:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 from hpcdl.config import TrainingOptions
 
 
-def learn_rate_at(options: TrainingOptions, iteration: int, iterations_per_epoch: int) -> float:
-    """The rate for 0-based ``iteration``; warm-up ramps linearly to the scheduled rate."""
-    base = options.learn_rate
+def learn_rate_at(options: TrainingOptions, iteration: int, iterations_per_epoch: int,
+                  initial: Optional[float] = None) -> float:
+    """The rate for 0-based ``iteration``, from ``initial`` (default: the options' rate); warm-up ramps
+    linearly to the scheduled rate."""
+    base = options.learn_rate if initial is None else initial
     epoch = iteration // iterations_per_epoch
     if options.learn_rate_schedule == "piecewise":
         rate = base * options.learn_rate_drop_factor ** (epoch // options.learn_rate_drop_period)

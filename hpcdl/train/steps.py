@@ -15,9 +15,9 @@ from hpcdl.data.batches import iterate_batches
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def make_optimizer(model: nn.Module, options: TrainingOptions) -> torch.optim.Optimizer:
-    """The solver with MATLAB's defaults; L2 regularization is added to the gradients."""
-    params, lr, wd = model.parameters(), options.learn_rate, options.l2_regularization
+def make_optimizer(model: nn.Module, options: TrainingOptions, lr: float) -> torch.optim.Optimizer:
+    """The solver with MATLAB's defaults at learning rate ``lr``; L2 regularization is added to the gradients."""
+    params, wd = model.parameters(), options.l2_regularization
     beta2 = options.squared_gradient_decay_factor
     if beta2 is None:
         beta2 = DEFAULT_SQUARED_GRADIENT_DECAY[options.solver]
