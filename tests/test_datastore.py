@@ -224,3 +224,11 @@ def test_s3_root_reads_the_same_images_and_trains_unchanged(tree: Path, s3_endpo
                               dispatch_in_background=True, num_workers=1)
     _, info = train_network(remote, model, options)
     assert len(info.history) == 6
+
+
+def test_augmented_datastore_follows_the_config_rules_from_python(tree: Path) -> None:
+    store = ImageDatastore(tree, channels=3)
+    with pytest.raises(ConfigError, match=r"data.augmentation.rotation: must be \[low, high\] with low <= high"):
+        AugmentedImageDatastore(store, [12, 12], rotation=(10, 5))
+    with pytest.raises(ConfigError, match=r"data.augmentation.brightness: must be in \[0, 1\)"):
+        AugmentedImageDatastore(store, [12, 12], brightness=2)

@@ -14,7 +14,7 @@ import pytest
 
 from hpcdl.config import AugmentationConfig, ClusterConfig, Config, DataConfig, ModelConfig, NetworkConfig
 from hpcdl.config import TrainingOptions
-from hpcdl.config.fields import _type_name
+from hpcdl.config.fields import type_name
 from hpcdl.config.help import config_groups, field_docs, help_or_cfg, help_text, markdown_tables, sections, show
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def test_help_lists_every_option_with_its_type_and_default() -> None:
         for name, hint in typing.get_type_hints(cls).items():
             key = f"{path}.{name}".lstrip(".")
             if key not in sections():  # a subsection: its options are listed under it
-                kind, value = re.escape(_type_name(hint)), re.escape(show(getattr(section, name)))
+                kind, value = re.escape(type_name(hint)), re.escape(show(getattr(section, name)))
                 assert re.search(rf"^  {re.escape(key)} +{kind} +{value} +\S", text, re.MULTILINE), key
 
 

@@ -56,7 +56,7 @@ def check_types(obj: Any) -> None:
         value = getattr(obj, field.name)
         if not _matches(value, hints[field.name]):
             raise ConfigError(
-                f"{obj._section}.{field.name}: expected {_type_name(hints[field.name])}, "
+                f"{obj._section}.{field.name}: expected {type_name(hints[field.name])}, "
                 f"got {value!r} ({type(value).__name__})"
             )
 
@@ -84,14 +84,14 @@ def _matches(value: Any, hint: Any) -> bool:
     return isinstance(value, hint)
 
 
-def _type_name(hint: Any) -> str:
+def type_name(hint: Any) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Union:
-        return " or ".join(_type_name(a) for a in args)
+        return " or ".join(type_name(a) for a in args)
     if origin in (list, tuple):
-        return f"a list of {_type_name(args[0])}"
+        return f"a list of {type_name(args[0])}"
     if origin is dict:
-        return f"a mapping of {_type_name(args[0])} to {_type_name(args[1])}"
+        return f"a mapping of {type_name(args[0])} to {type_name(args[1])}"
     return "null" if hint is type(None) else getattr(hint, "__name__", str(hint))
 
 

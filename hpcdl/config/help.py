@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from hpcdl.config.compose import CONF_DIR, compose_config, user_config_dirs
-from hpcdl.config.fields import _type_name
+from hpcdl.config.fields import type_name
 from hpcdl.config.root import Config
 from hpcdl.errors import HpcdlError
 
@@ -71,7 +71,7 @@ def option_rows(path: str, values: Config) -> list[tuple[str, str, str, str]]:
     for name in filter(None, path.split(".")):
         section = getattr(section, name)
     hints, docs = typing.get_type_hints(cls), field_docs(cls)
-    return [(name, _type_name(hint), show(getattr(section, name)), docs[name].splitlines()[0])
+    return [(name, type_name(hint), show(getattr(section, name)), docs[name].splitlines()[0])
             for name, hint in hints.items() if not dataclasses.is_dataclass(hint)]
 
 

@@ -15,21 +15,17 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from hpcdl.errors import ConfigError
+from hpcdl.config.data import AugmentationConfig
 
-CROPS = ("resize", "random", "center")
-
-
-def _range(name: str, value: Optional[Sequence[float]]) -> Optional[tuple[float, float]]:
-    if value is None:
-        return None
-    if len(value) != 2 or value[0] > value[1]:
-        raise ConfigError(f"augmentation.{name}: give [low, high] with low <= high, got {list(value)}")
-    return float(value[0]), float(value[1])
+RANGES = ("rotation", "scale", "x_translation", "y_translation", "shear")
 
 
 class AugmentedImageDatastore(Dataset):
-    """Wraps a datastore of (uint8 CxHxW, label); resizes or crops to ``output_size`` and augments."""
+    """Wraps a datastore of (uint8 CxHxW, label); resizes or crops to ``output_size`` and augments.
+
+    The keyword arguments are those of ``data.augmentation`` and follow its rules (AugmentationConfig);
+    ``from_config`` builds the datastore from a section that was already checked.
+    """
 
     accepts_epoch = True
     """Items may be asked for as (index, epoch), which the background loader does."""
@@ -40,19 +36,36 @@ class AugmentedImageDatastore(Dataset):
                  x_translation: Optional[Sequence[float]] = None, y_translation: Optional[Sequence[float]] = None,
                  shear: Optional[Sequence[float]] = None, brightness: float = 0.0, contrast: float = 0.0,
                  saturation: float = 0.0, seed: int = 0) -> None:
-        if crop not in CROPS:
-            raise ConfigError(f"augmentation.crop: {crop!r} is not allowed; choose one of {', '.join(CROPS)}")
-        if len(output_size) != 2 or min(output_size) < 1:
-            raise ConfigError(f"augmentation.output_size: [height, width] of positive integers, got {output_size}")
-        for name, value in (("brightness", brightness), ("contrast", contrast), ("saturation", saturation)):
-            if not 0 <= value < 1:
-                raise ConfigError(f"augmentation.{name}: must be in [0, 1), got {value}")
-        self.store, self.output_size, self.crop, self.seed = store, (int(output_size[0]), int(output_size[1])), crop, seed
-        self.reflect = (random_x_reflection, random_y_reflection)
-        self.rotation, self.scale = _range("rotation", rotation), _range("scale", scale)
-        self.translation = (_range("x_translation", x_translation), _range("y_translation", y_translation))
-        self.shear = _range("shear", shear)
-        self.jitter = (brightness, contrast, saturation)
+        ranges = {"rotation": rotation, "scale": scale, "x_translation": x_translation,
+                  "y_translation": y_translation, "shear": shear}
+        settings = AugmentationConfig(  # the config's own rules, in one place
+            output_size=[int(n) for n in output_size], crop=crop, random_x_reflection=random_x_reflection,
+            random_y_reflection=random_y_reflection, brightness=float(brightness), contrast=float(contrast),
+            saturation=float(saturation),
+            **{name: None if value is None else [float(v) for v in value] for name, value in ranges.items()})
+        self._configure(store, settings, seed)
+
+    @classmethod
+    def from_config(cls, store: Dataset, settings: AugmentationConfig, seed: int = 0,
+                    training: bool = True) -> "AugmentedImageDatastore":
+        """The training view of ``store`` as ``settings`` (already checked) say, or with ``training=False``
+        the validation view: only resized, or center-cropped where training crops."""
+        view = cls.__new__(cls)
+        view._configure(store, settings if training else None, seed, settings.output_size,
+                        "resize" if settings.crop == "resize" else "center")
+        return view
+
+    def _configure(self, store: Dataset, settings: Optional[AugmentationConfig], seed: int,
+                   output_size: Optional[Sequence[int]] = None, crop: Optional[str] = None) -> None:
+        """Take the sizes and ranges of ``settings``; None: no random transform at all."""
+        size = output_size or settings.output_size
+        self.store, self.output_size, self.seed = store, (int(size[0]), int(size[1])), seed
+        self.crop = crop or settings.crop
+        self.reflect = (settings.random_x_reflection, settings.random_y_reflection) if settings else (False, False)
+        bounds = {name: getattr(settings, name) if settings else None for name in RANGES}
+        self.rotation, self.scale, self.shear = bounds["rotation"], bounds["scale"], bounds["shear"]
+        self.translation = (bounds["x_translation"], bounds["y_translation"])
+        self.jitter = (settings.brightness, settings.contrast, settings.saturation) if settings else (0.0,) * 3
         self.classes = getattr(store, "classes", None)
         self.channels = getattr(store, "channels", None)
 

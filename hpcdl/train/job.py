@@ -38,14 +38,10 @@ def open_datastore(config: Config) -> ImageDatastore:
 
 def augmented(store: Dataset, config: Config, training: bool) -> Dataset:
     """The training (augmented) or validation (resized or center-cropped) view of ``store``."""
-    settings = dataclasses.asdict(config.data.augmentation)
-    size = settings.pop("output_size")
-    if size is None:
+    settings = config.data.augmentation
+    if settings.output_size is None:
         return store
-    if not training:
-        crop = "center" if settings["crop"] != "resize" else "resize"
-        return AugmentedImageDatastore(store, size, crop=crop)
-    return AugmentedImageDatastore(store, size, seed=config.training.seed or 0, **settings)
+    return AugmentedImageDatastore.from_config(store, settings, seed=config.training.seed or 0, training=training)
 
 
 def network_shape(data: Dataset) -> dict[str, Any]:
