@@ -198,8 +198,8 @@ def _device(config: Config, available: Optional[int]) -> str:
 def _check_data(config: Config) -> None:
     """The images a training job reads: a folder of class folders with images (local or fsspec URL)."""
     data = config.data
-    if data.name == "digits":
-        return  # written on first use from scikit-learn's copy
+    if not data.built_in or data.name == "digits":
+        return  # the user's dataset checked its arguments; digits are written on first use
     from hpcdl.data.listing import check_image_root
 
     check_image_root(data.root, data.labels_csv)

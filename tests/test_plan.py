@@ -20,7 +20,16 @@ from tests.conftest import job_folders
 BAD_OVERRIDES = [
     (["+training.max_epoch=3"], "training: unknown option 'max_epoch' (did you mean 'max_epochs'?)"),
     (["training.max_epoch=3"], "training: unknown option 'max_epoch' (did you mean 'max_epochs'?)"),
-    (["+model._target_=mymodel.MyNet"], "model: unknown option '_target_'"),
+    (["+model._target_=mymodel.MyNet"], "model._target_: cannot import 'mymodel' for 'mymodel.MyNet': "
+                                         "ModuleNotFoundError: No module named 'mymodel'"),
+    (["model._target_=torch.nn.Linear", "+model.in_feature=4"],
+     "model.in_feature: torch.nn.modules.linear.Linear takes no argument 'in_feature' (did you mean 'in_features'?)"),
+    (["model._target_=torch.nn.Linear"], "model: torch.nn.modules.linear.Linear needs in_features, out_features"),
+    (["model._target_=torch.nn.Lineer"], "model._target_: module 'torch.nn' has no 'Lineer' (did you mean "
+                                         "'torch.nn.Linear'?)"),
+    (["data._target_=torch.utils.data.TensorDataset", "data.augmentation.output_size=[8,8]"],
+     "data.augmentation: torch.utils.data.dataset.TensorDataset takes no argument 'augmentation'"),
+    (["model.widht=3"], "model: unknown option 'widht' (did you mean 'width'?)"),
     (["+data.augmentation.rotaton=[1,2]"], "data.augmentation: unknown option 'rotaton' (did you mean 'rotation'?)"),
     (["+cluster.network.extr.A=1"], "cluster.network: unknown option 'extr' (did you mean 'extra'?)"),
     (["+foo=1"], "config: unknown option 'foo'"),

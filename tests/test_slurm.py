@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import hpcdl
 from hpcdl import JobFailedError
@@ -210,3 +211,25 @@ def test_a_rank_killed_mid_training_fails_the_job_fast_naming_it(store: Path) ->
     assert time.monotonic() - start < 120  # well inside the 10-minute limit
     shown = _cli("hpcdl.jobs", "show", job.id).stdout
     assert "task 1" in shown, shown
+
+
+def test_own_network_and_dataset_train_on_both_nodes_from_the_users_folder(store: Path, tmp_path: Path) -> None:
+    from tests.user_parts import write_user_code
+
+    user = write_user_code(tmp_path / "user")
+    done = subprocess.run(
+        [sys.executable, "-m", "hpcdl.submit", "cluster=slurm", "cluster.nodes=2", "cluster.tasks_per_node=1",
+         "training.execution_environment=parallel", "data._target_=mynets.make_blobs", "+data.n=120",
+         "model._target_=mynets.MyNet", "+model.hidden=6", "training.max_epochs=2", "cluster.time=00:10:00",
+         "name=own-parts"], capture_output=True, text=True, timeout=300, cwd=user)
+    assert done.returncode == 0, done.stderr
+    from hpcdl.store.job import Job
+
+    job = Job.attach(done.stdout.split()[2])
+    assert job.wait(timeout=300) == "COMPLETED", job.error()
+    summary = job.result()
+    assert summary["config"]["model"]["args"] == {"hidden": 6} and summary["classes"] == ["a", "b", "c"]
+    state = torch.load(job.folder / "model.pt", weights_only=True)
+    assert state["body.1.weight"].shape == (6, 16)  # MyNet(hidden=6) on 1x4x4 inputs, built on every rank
+    logs = job.logs(0) + job.logs(1)
+    assert "rank 0/2" in logs and "rank 1/2" in logs

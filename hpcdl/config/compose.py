@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import typing
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any, Optional, Sequence
 
 from hpcdl.config import Config
 from hpcdl.config.fields import unknown_key_message
+from hpcdl.config.targets import TARGET, TARGET_SECTIONS, target_overrides
 from hpcdl.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -22,10 +24,56 @@ def user_config_dirs() -> list[Path]:
 
 
 def register_configs() -> None:
-    """Put the root schema into Hydra's ConfigStore (idempotent)."""
+    """Put the root schema into Hydra's ConfigStore (idempotent).
+
+    The sections that may name the user's code (model, data) are open in the root, so that a user's target
+    brings its own keys; the built-in choices extend their section's schema (``defaults: [schema]``).
+    """
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(name="hpcdl_schema", node=Config)
+    store = ConfigStore.instance()
+    store.store(name="hpcdl_schema", node=_hydra_root())
+    hints = typing.get_type_hints(Config)
+    for name in TARGET_SECTIONS:
+        store.store(group=name, name="schema", node=hints[name])
+
+
+@functools.cache
+def _hydra_root() -> type:
+    """Config's fields for Hydra, with the target sections typed Any."""
+    hints, spec = typing.get_type_hints(Config), []
+    for field in dataclasses.fields(Config):
+        if field.name in TARGET_SECTIONS:
+            spec.append((field.name, Any, dataclasses.field(default=None)))
+        elif field.default is not dataclasses.MISSING:
+            spec.append((field.name, hints[field.name], dataclasses.field(default=field.default)))
+        else:
+            spec.append((field.name, hints[field.name], dataclasses.field(default_factory=field.default_factory)))
+    return dataclasses.make_dataclass("HydraRoot", spec)
+
+
+def default_target(section: type) -> Optional[str]:
+    """The built-in ``_target_`` of a section class, or None when it has no target."""
+    found = [f.default for f in dataclasses.fields(section) if f.name == TARGET]
+    return found[0] if found else None
+
+
+def build_section(section: type, values: Any) -> Any:
+    """Section ``section`` from composed ``values`` (a dict, or the section already built), checked.
+
+    A user's ``_target_`` takes every other key as its argument (those the section keeps beside a target,
+    such as data.validation_fraction, excepted); the built-in target takes the section's own options.
+    """
+    if values is None or isinstance(values, section):
+        return section() if values is None else values
+    target = values.get(TARGET, default_target(section))
+    if target != default_target(section):
+        kept = getattr(section, "KEPT_WITH_TARGET", ())
+        return section(**{TARGET: target, **{k: v for k, v in values.items() if k in kept}},
+                       args={k: v for k, v in values.items() if k != TARGET and k not in kept})
+    hints = typing.get_type_hints(section)
+    return section(**{k: build_section(hints[k], v) if k in hints and dataclasses.is_dataclass(hints[k]) else v
+                      for k, v in values.items()})
 
 
 def _unknown_key(error: BaseException) -> Optional[str]:
@@ -51,10 +99,12 @@ def refuse_unknown_keys(node: Any, schema: type, section: str = "") -> None:
     Mapping fields (env, sbatch_extra, network.extra) take any key; nested sections are checked in turn.
     """
     hints = typing.get_type_hints(schema)
+    if default_target(schema) not in (None, node.get(TARGET, default_target(schema))):
+        return  # the user's target: its keys are its arguments, checked against its signature
     for key in node.keys():
         if key not in hints:
             raise ConfigError(unknown_key_message(section or "config", str(key), hints))
-        if dataclasses.is_dataclass(hints[key]):
+        if dataclasses.is_dataclass(hints[key]) and node[key] is not None:
             refuse_unknown_keys(node[key], hints[key], f"{section}.{key}".lstrip("."))
 
 
@@ -70,9 +120,14 @@ def compose_config(overrides: Sequence[str] = (), config_dir: Path = CONF_DIR) -
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
             search = [f"file://{d}" for d in user_config_dirs()]
             extra = [f"hydra.searchpath=[{','.join(search)}]"] if search else []
-            composed = compose("config", overrides=extra + list(overrides))
+            composed = compose("config", overrides=extra + target_overrides(overrides))
         refuse_unknown_keys(composed, Config)
-        return OmegaConf.to_object(composed)  # runs every section's __post_init__ checks
+        root = OmegaConf.to_object(composed)  # runs every typed section's __post_init__ checks
+        values = {field.name: getattr(root, field.name) for field in dataclasses.fields(root)}
+        hints = typing.get_type_hints(Config)
+        for name in TARGET_SECTIONS:
+            values[name] = build_section(hints[name], values[name])
+        return Config(**values)
     except ConfigError:
         raise
     except (HydraException, OmegaConfBaseException, ValueError) as e:

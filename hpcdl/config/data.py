@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import field
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from hpcdl.config.fields import check_types, options, require, require_choice
+from hpcdl.config.targets import check_arguments, locate
 from hpcdl.errors import ConfigError
+
+BUILT_IN_DATA = "hpcdl.data.images.image_datastore"
 
 
 @options("data.augmentation")
@@ -55,8 +58,16 @@ class AugmentationConfig:
 
 @options("data")
 class DataConfig:
-    """Which images to train on and how to split them."""
+    """Which images to train on and how to split them: a built-in image datastore or your own dataset."""
 
+    KEPT_WITH_TARGET = ("validation_fraction",)
+    """Options that stay hpcdl's when ``_target_`` names the user's dataset."""
+
+    _target_: str = BUILT_IN_DATA
+    """The dataset's class or function: the built-in image folders, or your own (mypkg.data.make_dataset).
+
+    Yours returns a torch Dataset of (input, label), split by validation_fraction, or a (train, validation)
+    pair; the section's other keys are its arguments (+data.n=100)."""
     name: str = "digits"
     """digits (scikit-learn's 8x8 digits, written once as PNG files under root) or folder (class folders)."""
     root: Optional[str] = None
@@ -71,12 +82,26 @@ class DataConfig:
     """error (name the file and stop) or skip (warn, leave it out, count it in the summary)."""
     augmentation: AugmentationConfig = field(default_factory=AugmentationConfig)
     """Augmentation of the training images (data.augmentation.output_size turns it on)."""
+    args: Dict[str, Any] = field(default_factory=dict)
+    """Your dataset's arguments: the section's other keys, gathered at composition (built-in: empty)."""
+
+    @property
+    def built_in(self) -> bool:
+        """Whether this is one of hpcdl's image datastores."""
+        return self._target_ == BUILT_IN_DATA
 
     def __post_init__(self) -> None:
         check_types(self)
+        require(self, "validation_fraction", 0 <= self.validation_fraction < 1, "in [0, 1)")
+        if not self.built_in:
+            check_arguments(locate(self._target_, "data._target_"), self.args, (), "data")
+            if self.augmentation.output_size is not None:
+                raise ConfigError("data.augmentation: augments the built-in image datastores; "
+                                  "transform your own data in your dataset")
+            return
+        require(self, "args", not self.args, "empty for the built-in datastores (they take name, root, ...)")
         require_choice(self, "name", ("digits", "folder"))
         require_choice(self, "on_bad_file", ("error", "skip"))
-        require(self, "validation_fraction", 0 <= self.validation_fraction < 1, "in [0, 1)")
         if self.name == "folder" and self.root is None:
             raise ConfigError("data.root: required when data.name=folder")
         size = self.image_size

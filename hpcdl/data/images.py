@@ -148,3 +148,13 @@ class ImageDatastore(Dataset):
             second += members[:cut].tolist()
             first += members[cut:].tolist()
         return self.subset(sorted(first)), self.subset(sorted(second))
+
+
+def image_datastore(name: str = "digits", root: Optional[str] = None, image_size: Optional[Sequence[int]] = None,
+                    labels_csv: Optional[str] = None, on_bad_file: str = "error") -> ImageDatastore:
+    """The built-in data section's datastore: scikit-learn's digits written as PNG files, or a folder's images."""
+    if name == "digits":
+        from hpcdl.data.digits import digits_folder
+
+        root = str(digits_folder(root))
+    return ImageDatastore(root, image_size=image_size, labels_csv=labels_csv, on_bad_file=on_bad_file)

@@ -10,30 +10,55 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, random_split
 
 from hpcdl.store.atomic import atomic_save, atomic_write_text
 from hpcdl.config.compose import config_to_dict
 from hpcdl.config import Config, ModelConfig
+from hpcdl.config.fields import restore
+from hpcdl.config.model import MODEL_SUPPLIES
+from hpcdl.config.targets import TARGET, locate, supplied_arguments
 from hpcdl.data.augment import AugmentedImageDatastore
-from hpcdl.data.digits import digits_folder
-from hpcdl.data.images import ImageDatastore
+from hpcdl.data.images import image_datastore
 from hpcdl.models import build_model
 from hpcdl.train.loop import seed_everything, train_network
 from hpcdl.store.files import CHECKPOINTS, INFO, MODEL, RESULT
 from hpcdl.train.progress import TrainingInfo
 
 
+def _instantiate(target: str, arguments: dict[str, Any]) -> Any:
+    """The user's target called with ``arguments``, by Hydra's instantiate (plain Python values, not configs)."""
+    from hydra.utils import instantiate
 
-def open_datastore(config: Config) -> ImageDatastore:
-    """The image datastore the data section names."""
-    data = config.data
-    root = digits_folder(data.root) if data.name == "digits" else data.root
-    return ImageDatastore(root, image_size=data.image_size, labels_csv=data.labels_csv, on_bad_file=data.on_bad_file)
+    return instantiate({TARGET: target, **arguments}, _convert_="all")
+
+
+def training_data(config: Config) -> tuple[Dataset, Optional[Dataset]]:
+    """The training and validation data the data section names: the built-in image datastore split per label
+    (augmented as configured), or the user's dataset (its pair as given, a single one split at random)."""
+    data, seed = config.data, config.training.seed or 0
+    if data.built_in:
+        store = image_datastore(data.name, data.root, data.image_size, data.labels_csv, data.on_bad_file)
+        train_set, validation_set = store.split(data.validation_fraction, seed=seed)
+        validation_view = augmented(validation_set, config, False) if len(validation_set) else None
+        return augmented(train_set, config, True), validation_view
+    made = _instantiate(data._target_, data.args)
+    if isinstance(made, (tuple, list)) and len(made) == 2:
+        return made[0], made[1]
+    if not isinstance(made, Dataset):
+        raise TypeError(f"data._target_={data._target_} returned a {type(made).__name__}, "
+                        "not a torch Dataset or a (train, validation) pair of them")
+    if data.validation_fraction == 0:
+        return made, None
+    parts = random_split(made, [1 - data.validation_fraction, data.validation_fraction],
+                         generator=torch.Generator().manual_seed(seed))
+    for part in parts:
+        part.classes = getattr(made, "classes", None)  # type: ignore[attr-defined]
+    return parts[0], parts[1]
 
 
 def augmented(store: Dataset, config: Config, training: bool) -> Dataset:
@@ -45,13 +70,27 @@ def augmented(store: Dataset, config: Config, training: bool) -> Dataset:
 
 
 def network_shape(data: Dataset) -> dict[str, Any]:
-    """What a network needs to know of the data: channels, classes, image size."""
-    channels, height, width = data[0][0].shape
-    return {"in_channels": channels, "num_classes": len(data.classes), "image_size": [height, width]}
+    """What hpcdl can tell a network of the data: the channels and size of CxHxW images, the classes' count."""
+    shape: dict[str, Any] = {}
+    first = data[0][0]
+    if isinstance(first, torch.Tensor) and first.dim() == 3:
+        shape.update(in_channels=first.shape[0], image_size=list(first.shape[1:]))
+    classes = getattr(data, "classes", None)
+    if classes is not None:
+        shape["num_classes"] = len(classes)
+    return shape
 
 
 def network_for(model: ModelConfig, shape: dict[str, Any]) -> nn.Module:
-    """The configured network for inputs and outputs of ``shape``."""
+    """The configured network for data of ``shape``: a built-in one, or the user's target given what of
+    ``shape`` it takes by name (in_channels, num_classes, image_size)."""
+    if not model.built_in:
+        return _instantiate(model._target_, {**supplied_arguments(locate(model._target_, "model._target_"), shape),
+                                             **model.args})
+    missing = [key for key in MODEL_SUPPLIES if key not in shape]
+    if missing:
+        raise ValueError(f"model: the built-in networks need images of CxHxW with classes; the data gives no "
+                         f"{', '.join(missing)} (give your dataset a classes attribute, or use your own network)")
     return build_model(model.name, in_channels=shape["in_channels"], num_classes=shape["num_classes"],
                        width=model.width, dropout=model.dropout, image_size=tuple(shape["image_size"]))
 
@@ -64,14 +103,11 @@ def run_training(config: Config, folder: str | Path) -> dict[str, Any]:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     options = config.training
-    store = open_datastore(config)
-    train_set, validation_set = store.split(config.data.validation_fraction, seed=options.seed or 0)
+    train_view, validation_view = training_data(config)
     seed_everything(options.seed)
-    train_view, validation_view = augmented(train_set, config, True), augmented(validation_set, config, False)
     shape = network_shape(train_view)
     model = network_for(config.model, shape)
-    model, info = train_network(train_view, model, options,
-                                validation_data=validation_view if len(validation_set) else None,
+    model, info = train_network(train_view, model, options, validation_data=validation_view,
                                 output_dir=folder, checkpoint_path=folder / CHECKPOINTS)
     if not info.writer:
         return {}
@@ -95,7 +131,7 @@ def load_result(folder: str | Path) -> tuple[nn.Module, TrainingInfo, dict[str, 
     folder = Path(folder)
     summary = json.loads((folder / RESULT).read_text())
     info = TrainingInfo(**json.loads((folder / INFO).read_text()))
-    model = network_for(ModelConfig(**summary["config"]["model"]), summary["network"])
+    model = network_for(restore(ModelConfig, summary["config"]["model"]), summary["network"])
     model.load_state_dict(torch.load(folder / MODEL, map_location="cpu", weights_only=True))
     return model.eval(), info, summary
 

@@ -1,0 +1,103 @@
+"""Your own network and data by Hydra's convention: a section's ``_target_`` names a callable, its other keys
+are the callable's arguments.
+
+``model._target_=mypkg.nets.MyNet +model.depth=34`` trains ``MyNet(depth=34)``. The built-in networks and
+datastores are themselves targets (the defaults). A target is imported and its arguments are bound to its
+signature at submission, so an unimportable target or a misspelt argument is refused before anything runs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from typing import Any, Callable, Iterable, Sequence
+
+from hpcdl.errors import ConfigError
+
+TARGET_SECTIONS = ("model", "data")
+"""The sections whose ``_target_`` may name the user's own code."""
+TARGET = "_target_"
+
+
+def locate(target: str, option: str) -> Callable[..., Any]:
+    """The callable a dotted path (``pkg.mod.Name`` or ``pkg.mod:Name``) names; ConfigError with the import
+    error when it does not import."""
+    module_name, _, attribute = target.replace(":", ".").rpartition(".")
+    if not module_name or not attribute or not all(part.isidentifier() for part in target.replace(":", ".").split(".")):
+        raise ConfigError(f"{option}: {target!r} is not a dotted path such as mypkg.nets.MyNet")
+    try:
+        found: Any = importlib.import_module(module_name)
+    except Exception as e:  # the user's module may raise anything on import
+        raise ConfigError(f"{option}: cannot import {module_name!r} for {target!r}: {type(e).__name__}: {e}") from e
+    if not hasattr(found, attribute):
+        names = [n for n in dir(found) if not n.startswith("_")]
+        close = difflib.get_close_matches(attribute, names, n=1)
+        hint = f" (did you mean '{module_name}.{close[0]}'?)" if close else ""
+        raise ConfigError(f"{option}: module {module_name!r} has no {attribute!r}{hint}")
+    found = getattr(found, attribute)
+    if not callable(found):
+        raise ConfigError(f"{option}: {target!r} is a {type(found).__name__}, not a class or function")
+    return found
+
+
+def check_arguments(target: Callable[..., Any], arguments: Iterable[str], supplied: Sequence[str],
+                    section: str) -> None:
+    """ConfigError unless ``target`` accepts every key of ``arguments`` and gets every argument it requires,
+    counting ``supplied`` (what hpcdl passes when the target takes it, such as num_classes)."""
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: it will say so when called
+    parameters = signature.parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    named = [n for n, p in parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    given = list(arguments)
+    for key in given:
+        if key not in named and not takes_any:
+            close = difflib.get_close_matches(key, named, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(f"{section}.{key}: {_name(target)} takes no argument {key!r}{hint}; "
+                              f"it takes {', '.join(named) or 'none'}")
+    missing = [n for n, p in parameters.items()
+               if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+               and n not in given and n not in supplied]
+    if missing:
+        raise ConfigError(f"{section}: {_name(target)} needs {', '.join(missing)}; give "
+                          + " ".join(f"+{section}.{n}=..." for n in missing))
+
+
+def supplied_arguments(target: Callable[..., Any], offered: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``offered`` (what hpcdl knows of the data) that ``target`` takes by name."""
+    try:
+        parameters = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {k: v for k, v in offered.items() if k in parameters}
+
+
+def target_overrides(overrides: Sequence[str]) -> list[str]:
+    """Overrides that set a section's ``_target_`` without choosing its group start that section empty.
+
+    ``model._target_=mypkg.MyNet model.depth=34`` becomes ``~model +model._target_=mypkg.MyNet +model.depth=34``:
+    the built-in network's keys (name, width) are not the user's network's arguments.
+    """
+    rewritten = list(overrides)
+    for section in TARGET_SECTIONS:
+        keys = {_key(o) for o in overrides}
+        chooses_group = any(_key(o) == section for o in overrides)
+        if f"{section}.{TARGET}" not in keys or chooses_group:
+            continue
+        prefix = f"{section}."
+        rewritten = [f"+{o.lstrip('+')}" if _key(o).startswith(prefix) and not o.startswith("++") else o
+                     for o in rewritten]
+        rewritten.insert(0, f"~{section}")
+    return rewritten
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _name(target: Callable[..., Any]) -> str:
+    return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"

@@ -1,0 +1,91 @@
+"""The built-in trainer with the user's own network and dataset (model._target_, data._target_) on the local
+profile: submitted from the user's folder, trained by a detached job, fetched and loaded back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from tests.conftest import job_folders
+from tests.user_parts import write_user_code
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def _submit_and_fetch(cwd: Path, to: Path, *overrides: str) -> dict:
+    submitted = _cli(cwd, "hpcdl.submit", "training.max_epochs=2", "training.verbose=false", *overrides)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.split()[2]
+    waited = _cli(cwd, "hpcdl.jobs", "wait", job_id, "--timeout", "240")
+    assert waited.stdout.strip() == "COMPLETED", _cli(cwd, "hpcdl.jobs", "show", job_id).stdout
+    assert _cli(cwd, "hpcdl.jobs", "fetch", job_id, "--to", str(to)).returncode == 0
+    return json.loads((to / "result.json").read_text())
+
+
+def test_own_network_trains_on_the_built_in_digits_and_loads_back(store: Path, digits_root: Path,
+                                                                  tmp_path: Path) -> None:
+    user = write_user_code(tmp_path / "user")
+    summary = _submit_and_fetch(user, tmp_path / "got", f"data.root={digits_root}",
+                                "model._target_=mynets.MyNet", "+model.hidden=12", "training.initial_learn_rate=0.05")
+    assert summary["config"]["model"]["_target_"] == "mynets.MyNet"
+    assert summary["config"]["model"]["args"] == {"hidden": 12}
+    assert summary["network"] == {"in_channels": 1, "image_size": [8, 8], "num_classes": 10}
+    info = json.loads((tmp_path / "got" / "info.json").read_text())
+    assert info["history"][-1]["loss"] < info["history"][0]["loss"]  # it trained (no accuracy luck asked)
+    sys.path.insert(0, str(user))
+    try:
+        import mynets
+
+        net = mynets.MyNet(1, 10, [8, 8], hidden=12)
+    finally:
+        sys.path.remove(str(user))
+    net.load_state_dict(torch.load(tmp_path / "got" / "model.pt", weights_only=True))
+    assert net.hidden == 12
+
+
+def test_own_dataset_and_network_train_with_a_held_out_share(store: Path, tmp_path: Path) -> None:
+    user = write_user_code(tmp_path / "user")
+    summary = _submit_and_fetch(user, tmp_path / "got", "data._target_=mynets.make_blobs", "+data.n=120",
+                                "data.validation_fraction=0.25", "model._target_=mynets.MyNet",
+                                "training.mini_batch_size=16")
+    assert summary["config"]["data"]["args"] == {"n": 120}
+    assert summary["classes"] == ["a", "b", "c"]
+    info = json.loads((tmp_path / "got" / "info.json").read_text())
+    per_epoch = -(-90 // 16)  # 120 less the 30 held out, in batches of 16
+    assert info["history"][-1]["iteration"] == 2 * per_epoch
+    assert len(info["validation_history"]) >= 1 and summary["validation_accuracy"] is not None
+
+
+def test_a_target_that_does_not_import_is_refused_before_submission(store: Path, tmp_path: Path) -> None:
+    user = write_user_code(tmp_path / "user")
+    (user / "broken.py").write_text("import not_installed_anywhere\n")
+    done = _cli(user, "hpcdl.submit", "model._target_=broken.Net")
+    assert done.returncode == 2
+    assert ("model._target_: cannot import 'broken' for 'broken.Net': ModuleNotFoundError: "
+            "No module named 'not_installed_anywhere'") in done.stderr
+    done = _cli(user, "hpcdl.submit", "data._target_=mynets.make_blobs", "+data.count=5")
+    assert done.returncode == 2
+    assert "data.count: mynets.make_blobs takes no argument 'count'" in done.stderr
+    assert "data: mynets.make_blobs needs n" not in done.stderr
+    assert job_folders(store) == []
+
+
+def test_a_group_file_of_the_users_own_names_a_target(tmp_path: Path, monkeypatch) -> None:
+    from hpcdl.config.compose import compose_config
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "lin.yaml").write_text("_target_: torch.nn.Linear\nin_features: 4\nout_features: 2\n")
+    (tmp_path / "model" / "typo.yaml").write_text("name: mlp\nwidht: 3\n")
+    monkeypatch.setenv("HPCDL_CONFIG_DIR", str(tmp_path))
+    model = compose_config(["model=lin", "model.out_features=5"]).model
+    assert model._target_ == "torch.nn.Linear" and model.args == {"in_features": 4, "out_features": 5}
+    import pytest
+
+    with pytest.raises(Exception, match=r"model: unknown option 'widht' \(did you mean 'width'\?\)"):
+        compose_config(["model=typo"])
