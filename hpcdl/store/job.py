@@ -12,9 +12,10 @@ from typing import Any, Optional
 
 from hpcdl.cluster import backend_for
 from hpcdl.errors import HpcdlError, JobFailedError
-from hpcdl.store.files import CANCELLED, FUNCTION_RESULT, RESULT
+from hpcdl.store.files import FUNCTION_RESULT, RESULT
 from hpcdl.store.folders import JobRecord, check_owned, find, load_record, read_json
 from hpcdl.store.states import resolve_states
+from hpcdl.store.status import withdraw_final, write_final
 
 POLL_S = 1.0
 
@@ -103,11 +104,15 @@ class Job:
         return "\n".join(part for part in (tasks, traceback or "\n".join(stderr.splitlines()[-30:])) if part)
 
     def cancel(self) -> None:
-        """Cancel the job (no-op once it has ended)."""
-        if self.done():
+        """Cancel the job (no-op once it has ended): CANCELLED is recorded first, so that no rank ending
+        on the way (killed, failing, or completing) records anything else."""
+        if self.done() or not write_final(self.folder, "CANCELLED", reason="cancelled with hpcdl"):
             return
-        (self.folder / CANCELLED).touch()
-        backend_for(self._record.backend).cancel(self._record)
+        try:
+            backend_for(self._record.backend).cancel(self._record)
+        except BaseException:
+            withdraw_final(self.folder)
+            raise
 
     def result(self, timeout: Optional[float] = None) -> Any:
         """Wait, then return the result: the training summary, or the function's return value.

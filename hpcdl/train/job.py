@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from hpcdl.store.atomic import atomic_save, atomic_write_text
+from hpcdl.store.atomic import atomic_save, atomic_write_text, make_folder
 from hpcdl.config.compose import config_to_dict
 from hpcdl.config import Config, ModelConfig
 from hpcdl.data.augment import AugmentedImageDatastore
@@ -65,8 +65,7 @@ def run_training(config: Config, folder: str | Path) -> dict[str, Any]:
 
     In a distributed run only the lead worker writes (and returns) the summary; the others return {}.
     """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_folder(folder)
     options = dataclasses.replace(
         config.training,
         output_dir=config.training.output_dir or str(folder),
