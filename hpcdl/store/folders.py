@@ -150,15 +150,19 @@ def load_record(folder: Path) -> Optional[JobRecord]:
 
     A final state in final.json is the job's state; its fields are merged over status.json's.
     """
-    try:
-        manifest = read_json(folder / MANIFEST)
-        if manifest is None:
-            return None
-        files = {name: read_json(folder / name) or {} for name in (STATUS, FINAL)}
-        damage = _damage(manifest) or next((f"{name}: not a JSON object" for name, value in files.items()
-                                            if not isinstance(value, dict)), "")
-    except (OSError, ValueError) as e:  # ValueError: bad JSON, bad UTF-8
-        return JobRecord(folder, {}, {}, DAMAGED, f"cannot be read: {type(e).__name__}: {e}")
+    files: dict[str, Any] = {}
+    damage = ""
+    for name in (MANIFEST, STATUS, FINAL):
+        try:
+            files[name] = read_json(folder / name)
+        except (OSError, ValueError) as e:  # ValueError: bad JSON, bad UTF-8
+            files[name], damage = {}, damage or f"{name}: cannot be read: {type(e).__name__}: {e}"
+    if files[MANIFEST] is None:
+        return None
+    files = {name: {} if value is None else value for name, value in files.items()}
+    manifest = files[MANIFEST]
+    damage = damage or _damage(manifest) or next(
+        (f"{name}: not a JSON object" for name in (STATUS, FINAL) if not isinstance(files[name], dict)), "")
     if damage:
         return JobRecord(folder, manifest if isinstance(manifest, dict) else {}, {}, DAMAGED, damage)
     record = JobRecord(folder, manifest, {**files[STATUS], **files[FINAL]})
