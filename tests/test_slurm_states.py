@@ -7,34 +7,16 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any
-
 import pytest
 
 import hpcdl
 from hpcdl.cluster.slurm import SlurmBackend
-from tests.conftest import job_folders
 from tests.test_slurm import _cli, _queue, _sacct_state, slurm_cluster, wait_running  # noqa: F401 - the fixture
-from tests.test_states import _row, _until
+from tests.test_states import _row, held_submission
 
 pytestmark = pytest.mark.slurm
-
-
-class SlowSlurm:
-    """The Slurm backend, calling sbatch only once ``release`` is set."""
-
-    def __init__(self, release: threading.Event) -> None:
-        self.inner, self.release = SlurmBackend(), release
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def submit(self, plan: Any, folder: Path) -> str:
-        self.release.wait(120)
-        return self.inner.submit(plan, folder)
 
 
 def square(x: float) -> float:
@@ -42,21 +24,11 @@ def square(x: float) -> float:
 
 
 def test_a_slurm_job_being_submitted_is_listed_submitting(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    release = threading.Event()
-    monkeypatch.setattr("hpcdl.submission.backend_for", lambda name: SlowSlurm(release))
-    submitted: list[hpcdl.Job] = []
-    submitter = threading.Thread(target=lambda: submitted.append(
-        hpcdl.batch(square, 3.0, cluster="slurm", time="00:05:00")))
-    submitter.start()
-    try:
-        job_id = _until(lambda: [f for f in job_folders(store) if (store / f / "manifest.json").exists()],
-                        what="the manifest is written")[0]
+    submit = lambda: hpcdl.batch(square, 3.0, cluster="slurm", time="00:05:00")  # noqa: E731
+    with held_submission(store, monkeypatch, SlurmBackend(), submit) as (job_id, submitted):
         listing = _cli("hpcdl.jobs", "list")
         assert _row(listing.stdout, job_id)[3] == "SUBMITTING", listing.stdout
         assert not (store / job_id / "final.json").exists()
-    finally:
-        release.set()
-        submitter.join(120)
     assert submitted[0].result(timeout=180) == 9.0
     assert _row(_cli("hpcdl.jobs", "list").stdout, job_id)[3] == "COMPLETED"
 

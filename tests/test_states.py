@@ -4,18 +4,18 @@ store, and what a killed writer or a deleted job folder leaves behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
 import shlex
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 import torch
@@ -23,7 +23,7 @@ import torch
 import hpcdl
 from hpcdl import FolderGoneError, TrainingOptions, train_network
 from hpcdl.cluster.local import LocalBackend
-from hpcdl.store.atomic import STALE_AFTER_S, atomic_save, remove_stale_temporaries
+from hpcdl.store.atomic import STALE_AFTER_S, remove_stale_temporaries
 from hpcdl.store.folders import write_json
 from hpcdl.store.status import write_final
 from hpcdl.train.checkpoint import load_latest_checkpoint, save_checkpoint
@@ -82,10 +82,10 @@ def note_pid_then_sleep(folder: str, seconds: float) -> str:
 
 
 class SlowBackend:
-    """The local backend, answering only once ``release`` is set: a submission the listing overtakes."""
+    """A backend answering ``submit`` only once ``release`` is set: a submission the listing overtakes."""
 
-    def __init__(self, release: threading.Event) -> None:
-        self.inner, self.release = LocalBackend(), release
+    def __init__(self, inner: Any, release: threading.Event) -> None:
+        self.inner, self.release = inner, release
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -93,6 +93,24 @@ class SlowBackend:
     def submit(self, plan: Any, folder: Path) -> str:
         self.release.wait(120)
         return self.inner.submit(plan, folder)
+
+
+@contextlib.contextmanager
+def held_submission(store: Path, monkeypatch: pytest.MonkeyPatch, backend: Any,
+                    submit: Callable[[], hpcdl.Job]) -> Iterator[tuple[str, list[hpcdl.Job]]]:
+    """Run ``submit()`` in a thread whose ``backend`` answers when the block ends; yields the job's id
+    once its manifest is written, and a list that holds the Job after the block."""
+    release = threading.Event()
+    monkeypatch.setattr("hpcdl.submission.backend_for", lambda name: SlowBackend(backend, release))
+    submitted: list[hpcdl.Job] = []
+    submitter = threading.Thread(target=lambda: submitted.append(submit()))
+    submitter.start()
+    try:
+        yield _until(lambda: [f for f in job_folders(store) if (store / f / "manifest.json").exists()],
+                     what="the manifest is written")[0], submitted
+    finally:
+        release.set()
+        submitter.join(120)
 
 
 def _fake_job(root: Path, job_id: str, backend_id: str | None, host: str, **status: Any) -> Path:
@@ -116,29 +134,20 @@ def _dead_pid() -> int:
 
 def test_a_job_being_submitted_is_listed_submitting_never_failed(store: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    release = threading.Event()
-    monkeypatch.setattr("hpcdl.submission.backend_for", lambda name: SlowBackend(release))
-    submitted: list[hpcdl.Job] = []
-    submitter = threading.Thread(target=lambda: submitted.append(hpcdl.batch(add, 2, 3, cluster="local")))
-    submitter.start()
-    try:
-        job_id = _until(lambda: [f for f in job_folders(store) if (store / f / "manifest.json").exists()],
-                        what="the manifest is written")[0]
+    submit = lambda: hpcdl.batch(add, 2, 3, cluster="local")  # noqa: E731
+    with held_submission(store, monkeypatch, LocalBackend(), submit) as (job_id, submitted):
         listing = _cli("hpcdl.jobs", "list")
         assert listing.returncode == 0 and _row(listing.stdout, job_id)[3] == "SUBMITTING", listing.stdout
         waited = _cli("hpcdl.jobs", "wait", job_id, "--timeout", "1")
         assert waited.returncode == 1 and "still SUBMITTING" in waited.stderr
         assert not (store / job_id / "final.json").exists()
-    finally:
-        release.set()
-        submitter.join(120)
     assert submitted[0].result(timeout=120) == 5
     assert _row(_cli("hpcdl.jobs", "list").stdout, job_id)[3] == "COMPLETED"
 
 
 def test_a_submitter_killed_before_the_backend_answered_leaves_a_failed_job(store: Path) -> None:
     code = ("import threading, hpcdl, hpcdl.submission as s, tests.test_states as t\n"
-            "s.backend_for = lambda name: t.SlowBackend(threading.Event())\n"
+            "s.backend_for = lambda name: t.SlowBackend(t.LocalBackend(), threading.Event())\n"
             "hpcdl.batch(t.add, 1, 2)\n")
     submitter = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
     try:

@@ -13,7 +13,7 @@ from typing import Any, Optional
 from hpcdl.cluster import backend_for
 from hpcdl.errors import HpcdlError, JobFailedError
 from hpcdl.store.files import FUNCTION_RESULT, RESULT
-from hpcdl.store.folders import JobRecord, check_owned, find, load_record, read_json
+from hpcdl.store.folders import DAMAGED, JobRecord, check_owned, find, load_record, read_json
 from hpcdl.store.states import resolve_states
 from hpcdl.store.status import withdraw_final, write_final
 
@@ -69,7 +69,7 @@ class Job:
 
     @property
     def state(self) -> str:
-        """PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ... (asked afresh)."""
+        """SUBMITTING, PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, DAMAGED, ... (asked afresh)."""
         return self.refresh().state
 
     def done(self) -> bool:
@@ -121,6 +121,8 @@ class Job:
         Function results are unpickled only from folders owned by this user alone.
         """
         state = self.wait(timeout)
+        if state == DAMAGED:
+            raise HpcdlError(f"job {self.id}: its record in {self.folder} is damaged: {self._record.reason}")
         if state != "COMPLETED":
             raise JobFailedError(f"job {self.id} ended {state}: {self._record.reason}", self.error())
         if self.manifest["kind"] == "train":
