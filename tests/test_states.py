@@ -187,6 +187,12 @@ def test_ids_without_a_host_key_are_judged_only_on_the_host_that_submitted_them(
     assert not (store / "old-there" / "final.json").exists()
 
 
+def test_a_final_state_recorded_by_an_earlier_version_still_holds(store: Path) -> None:
+    _fake_job(store, "old-done", f"{_dead_pid()}:1", socket.gethostname(), state="COMPLETED", ended_at=1)
+    assert _row(_cli("hpcdl.jobs", "list").stdout, "old-done")[3] == "COMPLETED"
+    assert not (store / "old-done" / "final.json").exists()
+
+
 def test_a_local_time_limit_ends_every_rank_and_the_job_stays_timeout(store: Path, tmp_path: Path) -> None:
     job = hpcdl.batch(note_pid_then_sleep, str(tmp_path), 30, cluster="local", tasks_per_node=2, time="0:08")
     pids = _until(lambda: [int(p.read_text()) for p in sorted(tmp_path.glob("pid*"))

@@ -160,6 +160,8 @@ def load_record(folder: Path) -> Optional[JobRecord]:
     if files[MANIFEST] is None:
         return None
     files = {name: {} if value is None else value for name, value in files.items()}
+    if not files[FINAL] and isinstance(files[STATUS], dict) and files[STATUS].get("state") in FINAL_STATES:
+        files[FINAL] = files[STATUS]  # a job of a version before final.json recorded its end in status.json
     manifest = files[MANIFEST]
     damage = damage or _damage(manifest) or next(
         (f"{name}: not a JSON object" for name in (STATUS, FINAL) if not isinstance(files[name], dict)), "")
