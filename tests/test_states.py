@@ -237,12 +237,14 @@ def test_of_racing_final_states_exactly_the_first_holds(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["final.json"]  # no temporary file left
 
 
-GOOD = json.dumps({"id": "x", "name": "net", "kind": "function", "profile": "local", "submitted_at": 1,
+GOOD = json.dumps({"id": "b-bad", "name": "net", "kind": "function", "profile": "local", "submitted_at": 1,
                    "plan": {"cluster": {"backend": "local"}}})
 DAMAGE = {"garbage": b"\x13 not json {", "empty": b"", "non-utf8": b'{"id": "\xff\xfe"}',
           "truncated": GOOD[: len(GOOD) // 2].encode(), "not-an-object": b"[1, 2]"}
 CASES = [(file, damage) for file in ("manifest.json", "status.json", "final.json") for damage in DAMAGE]
-CASES += [("manifest.json", "fields missing")]
+MANIFEST_DAMAGE = {"fields missing": b'{"id": "b-bad", "name": 5}',
+                   "wrong types": GOOD.replace('"submitted_at": 1', '"submitted_at": "yesterday"').encode()}
+CASES += [("manifest.json", damage) for damage in MANIFEST_DAMAGE]
 
 
 @pytest.mark.parametrize(("file", "damage"), CASES)
@@ -251,7 +253,7 @@ def test_a_damaged_record_is_listed_as_damaged_and_the_others_still_are(store: P
     _fake_job(store, "a-good", "1:1@elsewhere", "elsewhere", state="RUNNING", started_at=0)
     write_json(store / "a-good" / "final.json", {"state": "COMPLETED", "ended_at": 60})
     bad = _fake_job(store, "b-bad", "1:1@elsewhere", "elsewhere", state="RUNNING")
-    (bad / file).write_bytes(DAMAGE.get(damage, b'{"id": "b-bad", "name": 5}'))
+    (bad / file).write_bytes({**DAMAGE, **MANIFEST_DAMAGE}[damage])
     listing = _cli("hpcdl.jobs", "list")
     assert listing.returncode == 0 and "Traceback" not in listing.stderr, listing.stderr
     assert _row(listing.stdout, "a-good")[3] == "COMPLETED"

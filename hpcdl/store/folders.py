@@ -182,7 +182,7 @@ def scan(roots: Optional[Iterable[Path]] = None) -> list[JobRecord]:
                 record = load_record(Path(entry.path))
                 if record is not None:
                     records.append(record)
-    return sorted(records, key=lambda r: r.manifest.get("submitted_at") or 0)
+    return sorted(records, key=lambda r: 0 if r.state == DAMAGED else r.manifest["submitted_at"])
 
 
 def find(key: str, roots: Optional[Iterable[Path]] = None) -> JobRecord:
