@@ -26,7 +26,7 @@ from hpcdl.errors import FolderGoneError
 from hpcdl.host import end_own_job
 from hpcdl.plan import JobPlan
 from hpcdl.store.atomic import atomic_save, remove_stale_temporaries
-from hpcdl.store.files import FUNCTION, FUNCTION_RESULT, MANIFEST, RANKS_DONE
+from hpcdl.store.files import FINAL, FUNCTION, FUNCTION_RESULT, MANIFEST, RANKS_DONE
 from hpcdl.store.folders import check_owned, read_json
 from hpcdl.store.status import write_final, write_status
 
@@ -84,6 +84,8 @@ def run_job(folder: str) -> None:
     manifest = read_json(path / MANIFEST)
     if manifest is None:
         raise FileNotFoundError(f"{path / MANIFEST}: no manifest; not a job folder")
+    if (path / FINAL).exists():  # cancelled while it was being submitted: nothing runs
+        return
     plan = JobPlan.from_dict(manifest["plan"])  # checked at submission: nothing is validated again here
     os.environ["HPCDL_JOB_FOLDER"] = str(path)
     os.environ.setdefault("HPCDL_COLLECTIVE_TIMEOUT_S", str(plan.cluster.collective_timeout_s))

@@ -145,6 +145,17 @@ def test_a_job_being_submitted_is_listed_submitting_never_failed(store: Path,
     assert _row(_cli("hpcdl.jobs", "list").stdout, job_id)[3] == "COMPLETED"
 
 
+def test_a_job_cancelled_while_being_submitted_never_runs(store: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    submit = lambda: hpcdl.batch(note_pid_then_sleep, str(tmp_path), 0, cluster="local")  # noqa: E731
+    with held_submission(store, monkeypatch, LocalBackend(), submit) as (job_id, submitted):
+        cancelled = _cli("hpcdl.jobs", "cancel", job_id)
+        assert cancelled.returncode == 0 and "state now CANCELLED" in cancelled.stdout, cancelled.stderr
+    assert submitted[0].wait(timeout=60) == "CANCELLED"
+    _until(lambda: not _alive(int(submitted[0].backend_id.split(":")[0])), what="the job's process ends")
+    assert not list(tmp_path.glob("pid*")) and _row(_cli("hpcdl.jobs", "list").stdout, job_id)[3] == "CANCELLED"
+
+
 def test_a_submitter_killed_before_the_backend_answered_leaves_a_failed_job(store: Path) -> None:
     code = ("import threading, hpcdl, hpcdl.submission as s, tests.test_states as t\n"
             "s.backend_for = lambda name: t.SlowBackend(t.LocalBackend(), threading.Event())\n"

@@ -108,6 +108,8 @@ class Job:
         on the way (killed, failing, or completing) records anything else."""
         if self.done() or not write_final(self.folder, "CANCELLED", reason="cancelled with hpcdl"):
             return
+        if self._record.backend_id is None:  # still being submitted: the job finds CANCELLED when it starts
+            return
         try:
             backend_for(self._record.backend).cancel(self._record)
         except BaseException:
