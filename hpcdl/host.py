@@ -20,8 +20,11 @@ from typing import Optional
 @functools.lru_cache(maxsize=1)
 def host_key() -> str:
     """hostname/boot id/PID namespace inode: equal only where this host's pids mean the same processes."""
-    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    namespace = os.stat("/proc/self/ns/pid").st_ino
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:  # a sandbox that hides them: pids are still judged only where they were given out
+        boot, namespace = "?", str(os.getpid())
     return f"{socket.gethostname()}/{boot}/{namespace}"
 
 
