@@ -120,8 +120,10 @@ def remove_stale_temporaries(folder: str | os.PathLike, stale_after_s: float = S
             dead = ours and not alive(int(match["pid"]))
             old = now - entry.stat(follow_symlinks=False).st_mtime > stale_after_s
             if dead or old:
-                with contextlib.suppress(FileNotFoundError):
+                try:
                     os.unlink(entry.path)
+                except OSError:  # removed by another cleaner, or a folder this process may only read
+                    continue
                 removed.append(Path(entry.path))
     return removed
 
