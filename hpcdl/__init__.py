@@ -17,6 +17,7 @@ _EXPORTS = {
     "ConfigError": "hpcdl.errors",
     "SubmissionError": "hpcdl.errors",
     "JobFailedError": "hpcdl.errors",
+    "FolderGoneError": "hpcdl.errors",
     "ImageDatastore": "hpcdl.data.images",
     "TrainingInfo": "hpcdl.train.progress",
     "train_network": "hpcdl.train.loop",

@@ -21,3 +21,7 @@ class JobFailedError(HpcdlError):
     def __init__(self, message: str, stderr_tail: str = "") -> None:
         super().__init__(message + (f"\n--- stderr tail ---\n{stderr_tail}" if stderr_tail else ""))
         self.stderr_tail = stderr_tail
+
+
+class FolderGoneError(HpcdlError):
+    """A job's folder was deleted while the job ran: the job stops rather than create it again."""

@@ -16,10 +16,12 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcdl.errors import HpcdlError
 
+if TYPE_CHECKING:
+    from hpcdl.store.folders import JobRecord
 
 
 def _clock(seconds: float) -> str:
@@ -29,31 +31,44 @@ def _clock(seconds: float) -> str:
 
 
 def _elapsed(status: dict[str, Any]) -> str:
-    started = status.get("started_at")
-    if started is None:
+    started, ended = status.get("started_at"), status.get("ended_at") or time.time()
+    if not isinstance(started, (int, float)) or not isinstance(ended, (int, float)):
         return ""
-    return _clock((status.get("ended_at") or time.time()) - started)
+    return _clock(ended - started)
+
+
+def _row(record: "JobRecord") -> tuple[str, ...]:
+    """One line of the listing; DAMAGED (and why on stderr) for a record whose content makes no sense."""
+    from hpcdl.store.folders import DAMAGED
+    from hpcdl.store.follow import progress
+
+    if record.state != DAMAGED:
+        try:
+            view = progress(record) if record.manifest["kind"] == "train" else {}
+            fraction, best = view.get("fraction"), view.get("best_validation_accuracy")
+            return (record.id, record.manifest["name"], record.manifest["profile"], record.state,
+                    "" if fraction is None else f"{100 * fraction:.0f}%", _elapsed(record.status),
+                    "" if best is None else f"{100 * best:.2f}%", str(record.backend_id or ""))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            record.state, record.reason = DAMAGED, f"unexpected content: {type(e).__name__}: {e}"
+    print(f"note: job {record.id} is DAMAGED ({record.reason}); its folder: {record.folder}", file=sys.stderr)
+    name = record.manifest.get("name")
+    return (record.id, name if isinstance(name, str) else "?", "", DAMAGED, "", "", "", "")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from hpcdl.store.follow import progress
     from hpcdl.store.states import resolve_states
     from hpcdl.store.folders import scan
 
     records = scan()
     if args.name:
-        records = [r for r in records if fnmatch.fnmatch(r.manifest["name"], args.name) or args.name in r.manifest["name"]]
+        records = [r for r in records if fnmatch.fnmatch(str(r.manifest.get("name", "")), args.name)
+                   or args.name in str(r.manifest.get("name", ""))]
     resolve_states(records)
     if args.state:
         records = [r for r in records if r.state == args.state.upper()]
     rows = [("ID", "NAME", "PROFILE", "STATE", "PROGRESS", "ELAPSED", "BEST VAL", "SCHEDULER ID")]
-    for r in records[-args.limit:] if args.limit else records:
-        view = progress(r) if r.manifest["kind"] == "train" else {}
-        fraction = view.get("fraction")
-        best = view.get("best_validation_accuracy")
-        rows.append((r.id, r.manifest["name"], r.manifest["profile"], r.state,
-                     "" if fraction is None else f"{100 * fraction:.0f}%", _elapsed(r.status),
-                     "" if best is None else f"{100 * best:.2f}%", str(r.backend_id or "")))
+    rows += [_row(r) for r in (records[-args.limit:] if args.limit else records)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
@@ -61,11 +76,15 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from hpcdl.store.folders import DAMAGED
     from hpcdl.store.follow import progress
     from hpcdl.store.job import Job
 
     job = Job.attach(args.id)
     record = job.refresh()
+    if record.state == DAMAGED:
+        print(f"job       {record.id}\nstate     {DAMAGED}  ({record.reason})\nfolder    {record.folder}")
+        return 1
     m = record.manifest
     print(f"job       {record.id}  ({m['kind']} '{m['name']}')\n"
           f"state     {record.state}{'  (' + record.reason + ')' if record.reason else ''}\n"
@@ -79,7 +98,7 @@ def cmd_show(args: argparse.Namespace) -> int:
           f"folder    {record.folder}")
     if m["kind"] == "train":
         print(f"progress  {json.dumps(progress(record))}")
-    if record.state not in ("COMPLETED", "PENDING", "RUNNING"):
+    if record.state not in ("COMPLETED", "SUBMITTING", "PENDING", "RUNNING"):
         print("--- error ---\n" + job.error())
     return 0
 

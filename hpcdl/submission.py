@@ -11,7 +11,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from hpcdl.cluster import backend_for
 from hpcdl.config.cluster import is_secret
-from hpcdl.errors import ConfigError
+from hpcdl.errors import ConfigError, SubmissionError
+from hpcdl.host import process_id
 from hpcdl.store.files import FUNCTION, MANIFEST
 from hpcdl.store.folders import JobRecord, new_job_folder, remember_root, remove_job_folder, store_root, write_json
 from hpcdl.plan import JobPlan, resolve_function
@@ -33,12 +34,17 @@ def _git_commit(cwd: Path) -> Optional[dict[str, Any]]:
 
 def submit_job(plan: JobPlan, *, overrides: Sequence[str] = (),
                payload: Optional[tuple[Callable, tuple, dict]] = None) -> Job:
-    """Write the job and its plan into the store and hand it to the backend; nothing stays if that fails."""
+    """Write the job and its plan into the store and hand it to the backend; nothing stays if that fails.
+
+    Until the backend's id is in the manifest, listings show the job SUBMITTING (while this process
+    runs). A store that cannot be written (read-only, full) raises SubmissionError naming it.
+    """
     backend = backend_for(plan.cluster.backend)
     backend.check(plan)
     root = store_root(plan.cluster.store)
-    job_id, folder = new_job_folder(root)
+    folder, stage = None, "store"
     try:
+        job_id, folder = new_job_folder(root)
         if payload is not None:
             import cloudpickle
 
@@ -48,14 +54,20 @@ def submit_job(plan: JobPlan, *, overrides: Sequence[str] = (),
         manifest = {
             "id": job_id, "name": plan.name, "kind": plan.kind, "profile": plan.cluster.name,
             "plan": plan.to_dict(), "overrides": [o for o in overrides if not is_secret(o.split("=")[0])],
-            "submitted_at": time.time(), "submitted_from": {"cwd": os.getcwd(), "host": os.uname().nodename},
-            "git": _git_commit(Path.cwd()),
+            "submitted_at": time.time(), "git": _git_commit(Path.cwd()),
+            "submitted_from": {"cwd": os.getcwd(), "host": os.uname().nodename, "process": process_id(os.getpid())},
         }
         write_json(folder / MANIFEST, manifest)
+        stage = "backend"
         manifest["backend_id"] = backend.submit(plan, folder)
+        stage = "store"
         write_json(folder / MANIFEST, manifest)
-    except BaseException:
-        remove_job_folder(folder)
+    except BaseException as e:
+        if folder is not None:
+            remove_job_folder(folder)
+        if stage == "store" and isinstance(e, OSError):
+            raise SubmissionError(f"cannot write the job store {root}: {e.strerror or e}; nothing was "
+                                  "submitted") from e
         raise
     remember_root(root)
     return Job(JobRecord(folder, manifest, {}, state="PENDING"))

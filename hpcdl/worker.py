@@ -4,11 +4,14 @@
 training run, or a function given to ``hpcdl.batch``), writes the result, and
 marks it COMPLETED once every rank has returned, or FAILED with the traceback
 before re-raising, so that the scheduler sees the failure too. The lead rank
-writes RUNNING; a failing rank writes FAILED.
+writes RUNNING (status.json); the first final state recorded (final.json) holds:
+a failing rank's FAILED, the last rank's COMPLETED, a local time limit's TIMEOUT,
+which also ends every rank of the job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -18,11 +21,14 @@ import time
 import traceback
 from pathlib import Path
 
-from hpcdl.store.atomic import atomic_save
 from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank
+from hpcdl.errors import FolderGoneError
+from hpcdl.host import end_own_job
 from hpcdl.plan import JobPlan
-from hpcdl.store.files import FUNCTION, FUNCTION_RESULT, MANIFEST, RANKS_DONE, STATUS
-from hpcdl.store.folders import check_owned, read_json, write_status
+from hpcdl.store.atomic import atomic_save, remove_stale_temporaries
+from hpcdl.store.files import FINAL, FUNCTION, FUNCTION_RESULT, MANIFEST, RANKS_DONE
+from hpcdl.store.folders import check_owned, read_json
+from hpcdl.store.status import write_final, write_status
 
 
 def _run_payload(folder: Path, plan: JobPlan) -> None:
@@ -42,11 +48,13 @@ def _run_payload(folder: Path, plan: JobPlan) -> None:
 
 
 def _enforce_local_time_limit(folder: Path, plan: JobPlan) -> None:
-    """Local jobs have no scheduler to end them: at the profile's time limit, record TIMEOUT and exit."""
+    """Local jobs have no scheduler to end them: at the profile's time limit, record TIMEOUT and end every
+    process of the job (its ranks too: none may run on and write a result)."""
 
     def expire() -> None:
-        write_status(folder, "TIMEOUT", ended_at=time.time(), reason=f"time limit {plan.cluster.time} reached")
-        os._exit(124)  # like timeout(1); nothing of the job's may run on
+        with contextlib.suppress(OSError, FolderGoneError):
+            write_final(folder, "TIMEOUT", reason=f"time limit {plan.cluster.time} reached")
+        end_own_job(124)  # like timeout(1)
 
     timer = threading.Timer(plan.time_limit_s, expire)
     timer.daemon = True
@@ -64,10 +72,8 @@ def _launch_ranks(path: Path, plan: JobPlan) -> None:
         failure = f"mpirun -n {world} exited with code {code}"
     else:
         code, failure = launch_local(rank_command, world)
-    if code != 0:
-        own = read_json(path / STATUS) or {}
-        write_status(path, "FAILED", ended_at=time.time(),
-                     reason=failure + (f"; {own['reason']}" if own.get("reason") else ""))
+    if code != 0:  # a rank that failed with a traceback has recorded FAILED first, and that holds
+        write_final(path, "FAILED", reason=failure)
         sys.exit(1)
 
 
@@ -78,6 +84,8 @@ def run_job(folder: str) -> None:
     manifest = read_json(path / MANIFEST)
     if manifest is None:
         raise FileNotFoundError(f"{path / MANIFEST}: no manifest; not a job folder")
+    if (path / FINAL).exists():  # cancelled while it was being submitted: nothing runs
+        return
     plan = JobPlan.from_dict(manifest["plan"])  # checked at submission: nothing is validated again here
     os.environ["HPCDL_JOB_FOLDER"] = str(path)
     os.environ.setdefault("HPCDL_COLLECTIVE_TIMEOUT_S", str(plan.cluster.collective_timeout_s))
@@ -91,17 +99,19 @@ def run_job(folder: str) -> None:
     if first_process:
         _enforce_local_time_limit(path, plan)
     if lead:
+        remove_stale_temporaries(path)
         write_status(path, "RUNNING", started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
                      slurm_job_id=os.environ.get("SLURM_JOB_ID"),
                      restarts=int(os.environ.get("SLURM_RESTART_COUNT", "0")))
     try:
         _run_payload(path, plan)
     except BaseException as e:
-        write_status(path, "FAILED", ended_at=time.time(), rank=global_rank(),  # whichever rank fails says why
-                     reason=f"rank {global_rank()}: {type(e).__name__}: {e}", traceback=traceback.format_exc())
+        with contextlib.suppress(FolderGoneError):  # a deleted job folder is not written again
+            write_final(path, "FAILED", rank=global_rank(),  # whichever rank fails first says why
+                        reason=f"rank {global_rank()}: {type(e).__name__}: {e}", traceback=traceback.format_exc())
         raise
     if _all_ranks_done(path, plan):
-        write_status(path, "COMPLETED", ended_at=time.time())
+        write_final(path, "COMPLETED")
 
 
 def _all_ranks_done(folder: Path, plan: JobPlan) -> bool:

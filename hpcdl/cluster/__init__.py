@@ -28,8 +28,11 @@ class Backend(Protocol):
     def submit(self, plan: "JobPlan", folder: Path) -> str:
         """Start the job stored in ``folder``; returns the scheduler's id for it."""
 
-    def live_states(self, records: list["JobRecord"]) -> Optional[dict[str, str]]:
-        """The scheduler's state of each job it still knows (by hpcdl id); None when it cannot be asked."""
+    def live_states(self, records: list["JobRecord"]) -> Optional[dict[str, Optional[str]]]:
+        """The scheduler's state of each job it still knows (by hpcdl id); None when it cannot be asked.
+
+        A job absent from the answer has ended; one mapped to None cannot be judged from here.
+        """
 
     def cancel(self, record: "JobRecord") -> None:
         """Stop the job."""

@@ -1,7 +1,10 @@
 """The local backend: a job is a detached process on this machine that outlives the submitting shell.
 
 Its state comes from the job's own status file and from whether its process
-(pid and start time, so a reused pid is not mistaken for it) still runs.
+still runs. The job's id names the process, its start time (so a reused pid is
+not mistaken for it) and the host key (so that only the host, boot and PID
+namespace that run it judge it): 'PID:START_TICKS@HOST_KEY'. Cancelling ends
+the job's whole session: its launcher, every rank and their children.
 """
 
 from __future__ import annotations
@@ -9,12 +12,15 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Optional
 
+from hpcdl.errors import HpcdlError, SubmissionError
+from hpcdl.host import host_key, is_running, process_id, session_members, signal_session
 from hpcdl.plan import JobPlan
 from hpcdl.store.files import LOGS
 from hpcdl.store.folders import JobRecord
@@ -22,13 +28,14 @@ from hpcdl.store.folders import JobRecord
 KILL_AFTER_S = 10.0
 
 
-def _start_ticks(pid: int) -> Optional[str]:
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), if it lives."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None
-    return None if fields[0] == "Z" else fields[19]  # a zombie has ended
+def _process(record: JobRecord) -> str:
+    """The job's process as ``process_id`` names it; ids of older versions lack the host key, and are
+    taken as this host's only when the job was submitted from a host of this name."""
+    backend_id = record.backend_id or ""
+    if "@" in backend_id:
+        return backend_id
+    same_host = record.manifest.get("submitted_from", {}).get("host") == socket.gethostname()
+    return f"{backend_id}@{host_key() if same_host else '?'}"
 
 
 class LocalBackend:
@@ -59,7 +66,7 @@ class LocalBackend:
         return "\n".join(lines) + "\n"
 
     def submit(self, plan: JobPlan, folder: Path) -> str:
-        """Start the job; returns 'PID:START_TICKS'."""
+        """Start the job in a session of its own; returns 'PID:START_TICKS@HOST_KEY'."""
         logs = folder / LOGS
         logs.mkdir(mode=0o700, exist_ok=True)
         # cwd: functions pickled by reference import from the submitting folder, as sbatch jobs do
@@ -67,29 +74,36 @@ class LocalBackend:
             process = subprocess.Popen(self._command(plan, folder), cwd=os.getcwd(),
                                        env=self._environment(plan), stdin=subprocess.DEVNULL,
                                        stdout=out, stderr=err, start_new_session=True)
-        return f"{process.pid}:{_start_ticks(process.pid) or 0}"
+        started = process_id(process.pid)
+        if started is None:  # not even its start time could be read: it failed at once
+            raise SubmissionError(f"the job's process exited at once with code {process.wait()}; "
+                                  f"see {logs / 'stderr.log'}")
+        return started
 
-    def live_states(self, records: list[JobRecord]) -> Optional[dict[str, str]]:
-        """RUNNING for each job whose process still runs; jobs that are absent have ended."""
-        live = {}
+    def live_states(self, records: list[JobRecord]) -> Optional[dict[str, Optional[str]]]:
+        """RUNNING for each job whose process still runs, None for another host's; absent ones have ended."""
+        live: dict[str, Optional[str]] = {}
         for record in records:
-            pid, ticks = (record.backend_id or "0:0").split(":")
-            if _start_ticks(int(pid)) == ticks:
-                live[record.id] = "RUNNING"
+            running = is_running(_process(record))
+            if running is not False:
+                live[record.id] = "RUNNING" if running else None
         return live
 
     def cancel(self, record: JobRecord) -> None:
-        """TERM the job's process group, KILL it if it is still there after KILL_AFTER_S."""
-        pid, ticks = (record.backend_id or "0:0").split(":")
-        pid_number = int(pid)
-        if _start_ticks(pid_number) != ticks:
+        """TERM every process of the job's session, KILL those still there after KILL_AFTER_S."""
+        process = _process(record)
+        running = is_running(process)
+        if running is None:
+            raise HpcdlError(f"job {record.id} runs on host {process.partition('@')[2].split('/')[0]!r} "
+                             "(or in another PID namespace): cancel it there")
+        if not running:
             return
-        os.killpg(pid_number, signal.SIGTERM)
+        session = int(process.split(":")[0])  # the job leads its own session (start_new_session)
+        signal_session(session, signal.SIGTERM)
         deadline = time.monotonic() + KILL_AFTER_S
-        while time.monotonic() < deadline and _start_ticks(pid_number) == ticks:
+        while time.monotonic() < deadline and session_members(session):
             time.sleep(0.1)
-        if _start_ticks(pid_number) == ticks:
-            os.killpg(pid_number, signal.SIGKILL)
+        signal_session(session, signal.SIGKILL)
 
     def log_path(self, record: JobRecord, rank: int, stream: str) -> Path:
         """stdout.log or stderr.log of the job (local jobs have one rank)."""

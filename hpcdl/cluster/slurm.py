@@ -13,6 +13,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -26,6 +27,7 @@ ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUE
           "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD")
 QUERY_TIMEOUT_S = 30
 QUERY_TIMEOUT_DRY_RUN_S = 5
+CANCEL_WAIT_S = 60.0
 
 
 def _run(command: list[str], timeout_s: float = QUERY_TIMEOUT_S) -> str:
@@ -38,6 +40,14 @@ def _run(command: list[str], timeout_s: float = QUERY_TIMEOUT_S) -> str:
     if done.returncode != 0:
         raise SubmissionError(f"{shlex.join(command)} failed: {done.stderr.strip() or done.stdout.strip()}")
     return done.stdout
+
+
+def _queued(slurm_id: str) -> bool:
+    """True while squeue still lists the job (running, completing, pending)."""
+    try:
+        return bool(_run(["squeue", "-h", "-j", slurm_id, "-o", "%T"]).strip())
+    except SubmissionError:  # no longer known to squeue
+        return False
 
 
 def _submission_environment() -> dict[str, str]:
@@ -251,8 +261,11 @@ class SlurmBackend:
         return live
 
     def cancel(self, record: JobRecord) -> None:
-        """scancel the job."""
+        """scancel the job and wait (at most CANCEL_WAIT_S) until Slurm has ended every task of it."""
         _run(["scancel", str(record.backend_id)])
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while time.monotonic() < deadline and _queued(str(record.backend_id)):
+            time.sleep(0.5)
 
     def log_path(self, record: JobRecord, rank: int, stream: str) -> Path:
         """submitit's per-task log file of ``rank``."""

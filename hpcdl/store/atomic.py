@@ -1,25 +1,69 @@
-"""Durable writes: a temporary name in the same folder, fsync, rename."""
+"""Durable writes: a temporary name in the same folder, fsync, rename, fsync of the folder.
+
+Temporary files are named ``.NAME.HOST.PID.RANDOM.tmp`` (HOST: ``host_tag()``),
+so that those a killed writer left behind are recognised and removed:
+``remove_stale_temporaries``. A folder that vanished under a writer is never
+created again by it: writes into a job folder raise FolderGoneError instead.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import re
+import secrets
+import time
 from pathlib import Path
-from typing import Callable, Iterator, IO
+from typing import IO, Callable, Iterator
+
+from hpcdl.errors import FolderGoneError
+from hpcdl.host import alive, host_tag
+
+TEMPORARY = re.compile(r"^\..+\.(?P<host>[0-9a-f]{8})\.(?P<pid>\d+)\.[0-9a-f]{8}\.tmp$")
+STALE_AFTER_S = 24 * 3600.0
+"""A temporary file this old is stale whoever wrote it (a writer on another host cannot be asked)."""
+
+
+def _gone(folder: Path) -> FolderGoneError:
+    return FolderGoneError(f"{folder}: the folder is gone (deleted while the job ran?); nothing is written "
+                           "into it again")
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make the entries of ``folder`` (a rename, a new file) durable."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _temporary(path: Path, mode: str) -> tuple[Path, IO]:
+    """A new temporary file beside ``path``, named for this host and process."""
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{host_tag()}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            raise _gone(path.parent) from None
+        return tmp, os.fdopen(fd, mode)
+    raise FileExistsError(f"{path.parent}: no free temporary name for {path.name}")
 
 
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     """Open a temporary file beside ``path``; on success it replaces ``path`` in one rename."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp, f = _temporary(path, mode)
     try:
-        with os.fdopen(fd, mode) as f:
+        with f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        fsync_folder(path.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -36,3 +80,72 @@ def atomic_save(path: str | os.PathLike, write: Callable[[IO], None]) -> None:
     """Call ``write(binary_file)`` and put the result at ``path`` atomically."""
     with atomic_open(path, "wb") as f:
         write(f)
+
+
+def create_once(path: str | os.PathLike, text: str) -> bool:
+    """Write ``text`` at ``path`` unless a file is there already; True for the one writer that won.
+
+    The content is complete before the name appears (a hard link of a synced temporary file), so
+    readers never see part of it, and of several writers racing exactly one wins.
+    """
+    path = Path(path)
+    tmp, f = _temporary(path, "w")
+    try:
+        with f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        fsync_folder(path.parent)
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def remove_stale_temporaries(folder: str | os.PathLike, stale_after_s: float = STALE_AFTER_S) -> list[Path]:
+    """Remove the temporary files in ``folder`` whose writer died (on this host) or that are older than
+    ``stale_after_s``; returns those removed."""
+    removed = []
+    now = time.time()
+    with contextlib.suppress(FileNotFoundError), os.scandir(folder) as entries:
+        for entry in entries:
+            match = TEMPORARY.match(entry.name)
+            if match is None or not entry.is_file(follow_symlinks=False):
+                continue
+            ours = match["host"] == host_tag()
+            dead = ours and not alive(int(match["pid"]))
+            old = now - entry.stat(follow_symlinks=False).st_mtime > stale_after_s
+            if dead or old:
+                try:
+                    os.unlink(entry.path)
+                except OSError:  # removed by another cleaner, or a folder this process may only read
+                    continue
+                removed.append(Path(entry.path))
+    return removed
+
+
+def make_folder(path: str | os.PathLike) -> Path:
+    """Create ``path`` and its missing parents, but never the job folder this process runs for.
+
+    Inside a job (``HPCDL_JOB_FOLDER`` set) the folders below the job folder are made one level at a
+    time from it; a deleted job folder raises FolderGoneError instead of being made again.
+    """
+    path = Path(path).absolute()
+    job = os.environ.get("HPCDL_JOB_FOLDER")
+    if not job or not path.is_relative_to(Path(job).absolute()):
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    current = Path(job).absolute()
+    if not current.is_dir():
+        raise _gone(current)
+    for part in path.relative_to(current).parts:
+        current = current / part
+        try:
+            current.mkdir(mode=0o700, exist_ok=True)
+        except FileNotFoundError:
+            raise _gone(current.parent) from None
+    return path

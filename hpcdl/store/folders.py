@@ -21,9 +21,12 @@ from typing import Any, Iterable, Optional
 
 from hpcdl.store.atomic import atomic_write_text
 from hpcdl.errors import HpcdlError
-from hpcdl.store.files import MANIFEST, STATUS
+from hpcdl.store.files import FINAL, MANIFEST, STATUS
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "LOST")
+DAMAGED = "DAMAGED"
+"""The state of a job whose manifest or status files cannot be read: shown, never acted on."""
+MANIFEST_KEYS = {"id": str, "name": str, "kind": str, "profile": str, "plan": dict, "submitted_at": (int, float)}
 DEFAULT_ROOT = Path("~/.hpcdl/jobs")
 ROOTS_FILE = Path("~/.hpcdl/stores")
 
@@ -98,13 +101,6 @@ def read_json(path: Path) -> Optional[dict[str, Any]]:
         return None
 
 
-def write_status(folder: Path, state: str, **fields: Any) -> None:
-    """Record the job's own view of its state (kept fields of earlier writes are merged in)."""
-    status = read_json(folder / STATUS) or {}
-    status.update(fields, state=state, updated_at=time.time())
-    write_json(folder / STATUS, status)
-
-
 @dataclass
 class JobRecord:
     """What the store knows of one job: its manifest, its status file and its resolved state."""
@@ -117,7 +113,7 @@ class JobRecord:
 
     @property
     def id(self) -> str:
-        return self.manifest["id"]
+        return self.manifest.get("id", self.folder.name)
 
     @property
     def plan(self) -> dict[str, Any]:
@@ -134,18 +130,46 @@ class JobRecord:
 
     @property
     def final(self) -> bool:
-        return self.state in FINAL_STATES
+        return self.state in FINAL_STATES or self.state == DAMAGED
+
+
+def _damage(manifest: Any) -> str:
+    """What makes a parsed manifest unusable ('' when nothing does)."""
+    if not isinstance(manifest, dict):
+        return f"{MANIFEST}: not a JSON object"
+    for key, kind in MANIFEST_KEYS.items():
+        if not isinstance(manifest.get(key), kind):
+            return f"{MANIFEST}: {key!r} is missing or of the wrong type"
+    if not isinstance(manifest["plan"].get("cluster"), dict) or "backend" not in manifest["plan"]["cluster"]:
+        return f"{MANIFEST}: the plan names no cluster backend"
+    return ""
 
 
 def load_record(folder: Path) -> Optional[JobRecord]:
-    """The record of the job in ``folder``, or None when it holds no manifest."""
-    manifest = read_json(folder / MANIFEST)
-    if manifest is None:
+    """The record of the job in ``folder`` (DAMAGED when its files cannot be read), or None without a manifest.
+
+    A final state in final.json is the job's state; its fields are merged over status.json's.
+    """
+    files: dict[str, Any] = {}
+    damage = ""
+    for name in (MANIFEST, STATUS, FINAL):
+        try:
+            files[name] = read_json(folder / name)
+        except (OSError, ValueError) as e:  # ValueError: bad JSON, bad UTF-8
+            files[name], damage = {}, damage or f"{name}: cannot be read: {type(e).__name__}: {e}"
+    if files[MANIFEST] is None:
         return None
-    status = read_json(folder / STATUS) or {}
-    record = JobRecord(folder, manifest, status)
-    if status.get("state") in FINAL_STATES:
-        record.state, record.reason = status["state"], status.get("reason", "")
+    files = {name: {} if value is None else value for name, value in files.items()}
+    if not files[FINAL] and isinstance(files[STATUS], dict) and files[STATUS].get("state") in FINAL_STATES:
+        files[FINAL] = files[STATUS]  # a job of a version before final.json recorded its end in status.json
+    manifest = files[MANIFEST]
+    damage = damage or _damage(manifest) or next(
+        (f"{name}: not a JSON object" for name in (STATUS, FINAL) if not isinstance(files[name], dict)), "")
+    if damage:
+        return JobRecord(folder, manifest if isinstance(manifest, dict) else {}, {}, DAMAGED, damage)
+    record = JobRecord(folder, manifest, {**files[STATUS], **files[FINAL]})
+    if files[FINAL].get("state") in FINAL_STATES:
+        record.state, record.reason = files[FINAL]["state"], files[FINAL].get("reason", "")
     return record
 
 
@@ -158,7 +182,7 @@ def scan(roots: Optional[Iterable[Path]] = None) -> list[JobRecord]:
                 record = load_record(Path(entry.path))
                 if record is not None:
                     records.append(record)
-    return sorted(records, key=lambda r: r.manifest.get("submitted_at", 0))
+    return sorted(records, key=lambda r: 0 if r.state == DAMAGED else r.manifest["submitted_at"])
 
 
 def find(key: str, roots: Optional[Iterable[Path]] = None) -> JobRecord:

@@ -12,9 +12,10 @@ from typing import Any, Optional
 
 from hpcdl.cluster import backend_for
 from hpcdl.errors import HpcdlError, JobFailedError
-from hpcdl.store.files import CANCELLED, FUNCTION_RESULT, RESULT
-from hpcdl.store.folders import JobRecord, check_owned, find, load_record, read_json
+from hpcdl.store.files import FUNCTION_RESULT, RESULT
+from hpcdl.store.folders import DAMAGED, JobRecord, check_owned, find, load_record, read_json
 from hpcdl.store.states import resolve_states
+from hpcdl.store.status import withdraw_final, write_final
 
 POLL_S = 1.0
 
@@ -68,7 +69,7 @@ class Job:
 
     @property
     def state(self) -> str:
-        """PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ... (asked afresh)."""
+        """SUBMITTING, PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, DAMAGED, ... (asked afresh)."""
         return self.refresh().state
 
     def done(self) -> bool:
@@ -103,11 +104,17 @@ class Job:
         return "\n".join(part for part in (tasks, traceback or "\n".join(stderr.splitlines()[-30:])) if part)
 
     def cancel(self) -> None:
-        """Cancel the job (no-op once it has ended)."""
-        if self.done():
+        """Cancel the job (no-op once it has ended): CANCELLED is recorded first, so that no rank ending
+        on the way (killed, failing, or completing) records anything else."""
+        if self.done() or not write_final(self.folder, "CANCELLED", reason="cancelled with hpcdl"):
             return
-        (self.folder / CANCELLED).touch()
-        backend_for(self._record.backend).cancel(self._record)
+        if self._record.backend_id is None:  # still being submitted: the job finds CANCELLED when it starts
+            return
+        try:
+            backend_for(self._record.backend).cancel(self._record)
+        except BaseException:
+            withdraw_final(self.folder)
+            raise
 
     def result(self, timeout: Optional[float] = None) -> Any:
         """Wait, then return the result: the training summary, or the function's return value.
@@ -116,6 +123,8 @@ class Job:
         Function results are unpickled only from folders owned by this user alone.
         """
         state = self.wait(timeout)
+        if state == DAMAGED:
+            raise HpcdlError(f"job {self.id}: its record in {self.folder} is damaged: {self._record.reason}")
         if state != "COMPLETED":
             raise JobFailedError(f"job {self.id} ended {state}: {self._record.reason}", self.error())
         if self.manifest["kind"] == "train":

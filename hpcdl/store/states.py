@@ -1,9 +1,13 @@
-"""A job's state: its own status file first, the scheduler for what the file cannot know.
+"""A job's state: its own final word first, the scheduler for what the job could not say.
 
-A job that the scheduler no longer runs and that wrote no final status ended
-without a result (killed, out of memory, node lost); it is FAILED, or what the
-scheduler says it was (TIMEOUT, CANCELLED, ...), even where Slurm says COMPLETED
-(hydra#1928). Final states are written back, so each job is asked about once.
+A job without a scheduler id is still being submitted (SUBMITTING), or its
+submitter died before the backend answered. A job that the scheduler no longer
+runs and that recorded no final state ended without a result (killed, out of
+memory, node lost): it is FAILED, or what the scheduler says it was (TIMEOUT,
+CANCELLED, ...), even where Slurm says COMPLETED (hydra#1928). A job the
+scheduler cannot be asked about from here (Slurm down, a local job of another
+host) shows its last recorded state. Final states are recorded once (final.json,
+first writer wins); a store this user cannot write is still listed.
 """
 
 from __future__ import annotations
@@ -11,9 +15,12 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hpcdl.cluster import backend_for
-from hpcdl.store.files import CANCELLED, STATUS
-from hpcdl.store.folders import FINAL_STATES, JobRecord, read_json, write_status
+from hpcdl.errors import FolderGoneError
+from hpcdl.host import is_running
+from hpcdl.store.folders import JobRecord, load_record
+from hpcdl.store.status import write_final
 
+SUBMITTING = "SUBMITTING"
 SCHEDULER_FINAL = {"TIMEOUT": "TIMEOUT", "OUT_OF_MEMORY": "OUT_OF_MEMORY", "NODE_FAIL": "NODE_FAIL",
                    "CANCELLED": "CANCELLED", "DEADLINE": "TIMEOUT", "PREEMPTED": "CANCELLED",
                    "BOOT_FAIL": "NODE_FAIL", "FAILED": "FAILED", "COMPLETED": "FAILED"}
@@ -23,33 +30,61 @@ def resolve_states(records: list[JobRecord]) -> None:
     """Set ``state`` and ``reason`` of every record: one scheduler query per backend in all."""
     open_records: dict[str, list[JobRecord]] = defaultdict(list)
     for record in records:
-        if not record.final:
+        if not record.final and not (record.backend_id is None and _still_submitting(record)):
             open_records[record.backend].append(record)
     for backend, group in open_records.items():
         live = backend_for(backend).live_states(group)
         for record in group:
-            _resolve(record, None if live is None else live.get(record.id), asked=live is not None)
+            if live is None:
+                _last_recorded(record, "the scheduler could not be asked")
+            elif record.id in live and live[record.id] is None:
+                _last_recorded(record, "it runs on another host (or PID namespace) and is judged only there")
+            else:
+                _resolve(record, live.get(record.id))
 
 
-def _resolve(record: JobRecord, scheduler_state: str | None, asked: bool) -> None:
+def _last_recorded(record: JobRecord, why: str) -> None:
+    record.state = record.status.get("state") or "UNKNOWN"
+    record.reason = f"as last recorded: {why}"
+
+
+def _still_submitting(record: JobRecord) -> bool:
+    """True, with the state set, for a job its backend has not taken yet: SUBMITTING while its submitter runs."""
+    submitter = record.manifest.get("submitted_from", {}).get("process")
+    if submitter is None or is_running(submitter) is not False:
+        record.state, record.reason = record.status.get("state") or SUBMITTING, ""
+        return True
+    fresh = load_record(record.folder)  # the submitter may have written the id just before it exited
+    if fresh is not None and fresh.backend_id is not None:
+        record.manifest = fresh.manifest
+        return False
+    if record.status:
+        _last_recorded(record, "its submitter ended before it recorded the scheduler's id")
+    else:
+        _settle(record, "FAILED", "its submission was interrupted before the scheduler took the job")
+    return True
+
+
+def _resolve(record: JobRecord, scheduler_state: str | None) -> None:
     own = record.status.get("state")
     if scheduler_state is not None and scheduler_state.split()[0] not in SCHEDULER_FINAL:
         record.state = "RUNNING" if own == "RUNNING" and scheduler_state == "PENDING" else scheduler_state
         return
-    if not asked:
-        record.state, record.reason = own or "UNKNOWN", "the scheduler could not be asked"
-        return
-    status = read_json(record.folder / STATUS) or {}  # the job may have finished since it was read
-    if status.get("state") in FINAL_STATES:
-        record.status, record.state, record.reason = status, status["state"], status.get("reason", "")
-        return
-    if (record.folder / CANCELLED).exists():
-        state, reason = "CANCELLED", "cancelled with hpcdl"
-    elif scheduler_state is not None:
-        state = SCHEDULER_FINAL[scheduler_state.split()[0]]
-        reason = f"ended without a result (Slurm: {scheduler_state})"
+    if scheduler_state is not None:
+        _settle(record, SCHEDULER_FINAL[scheduler_state.split()[0]],
+                f"ended without a result (Slurm: {scheduler_state})")
     else:
-        state, reason = "FAILED", "its process ended without a result"
-    write_status(record.folder, state, reason=reason)
-    record.status = read_json(record.folder / STATUS) or {}
-    record.state, record.reason = state, reason
+        _settle(record, "FAILED", "its process ended without a result")
+
+
+def _settle(record: JobRecord, state: str, reason: str) -> None:
+    """Record a final state the job did not record itself, unless it has done so meanwhile."""
+    try:
+        won = write_final(record.folder, state, reason=reason)
+    except (OSError, FolderGoneError):  # a store this user may only read: show it, record nothing
+        won = True
+    fresh = None if won else load_record(record.folder)
+    if fresh is not None and fresh.final:
+        record.status, record.state, record.reason = fresh.status, fresh.state, fresh.reason
+    else:
+        record.state, record.reason = state, reason

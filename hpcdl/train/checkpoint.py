@@ -1,5 +1,8 @@
 """Checkpoints: one file per save, written atomically; resume takes the newest complete one.
 
+Temporary files of a writer that was killed mid-save are removed by the next save or resume.
+A deleted job folder is not made again: saving into it raises FolderGoneError.
+
 Files load with ``torch.load(weights_only=True)``: tensors, numbers, strings,
 lists and dicts only, so a checkpoint cannot run code when it is read.
 """
@@ -14,7 +17,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from hpcdl.store.atomic import atomic_save
+from hpcdl.store.atomic import atomic_save, make_folder, remove_stale_temporaries
 from hpcdl.train.progress import TrainingInfo
 from hpcdl.train.validation import BestValidation
 
@@ -29,8 +32,8 @@ def checkpoint_file(folder: Path, iteration: int) -> Path:
 
 def save_checkpoint(folder: str | Path, iteration: int, state: dict[str, Any]) -> Path:
     """Write ``state`` for ``iteration`` atomically; keep only the newest ``KEEP`` checkpoints."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_folder(folder)
+    remove_stale_temporaries(folder)
     path = checkpoint_file(folder, iteration)
     atomic_save(path, lambda f: torch.save(state, f))
     for old in sorted(_checkpoints(folder))[:-KEEP]:
@@ -51,6 +54,7 @@ def load_latest_checkpoint(folder: Optional[str | Path]) -> Optional[dict[str, A
     """The newest checkpoint's state in ``folder``, or None when there is none."""
     if folder is None:
         return None
+    remove_stale_temporaries(folder)
     found = sorted(_checkpoints(Path(folder)))
     if not found:
         return None

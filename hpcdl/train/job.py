@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, random_split
 
-from hpcdl.store.atomic import atomic_save, atomic_write_text
+from hpcdl.store.atomic import atomic_save, atomic_write_text, make_folder
 from hpcdl.config.compose import config_to_dict
 from hpcdl.config import Config, ModelConfig
 from hpcdl.config.fields import restore
@@ -100,8 +100,7 @@ def run_training(config: Config, folder: str | Path) -> dict[str, Any]:
 
     In a distributed run only the lead worker writes (and returns) the summary; the others return {}.
     """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_folder(folder)
     options = config.training
     train_view, validation_view = training_data(config)
     seed_everything(options.seed)

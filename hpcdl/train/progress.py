@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -16,7 +17,8 @@ from typing import Any, Callable, Optional, Sequence, TextIO
 
 import torch
 
-from hpcdl.store.atomic import atomic_open
+from hpcdl.errors import FolderGoneError
+from hpcdl.store.atomic import atomic_open, make_folder
 from hpcdl.store.files import METRICS, PLOT
 from hpcdl.config import TrainingOptions
 from hpcdl.train.settings import RunSettings
@@ -95,7 +97,7 @@ class Progress:
         self.header_printed = False
         self.folder = settings.output_dir
         if self.folder:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            make_folder(self.folder)
             with atomic_open(self.folder / METRICS) as f:  # a resumed run keeps only its past
                 for record in sorted(info.history + info.validation_history,
                                      key=lambda r: (r["iteration"], r["kind"] == "validation")):
@@ -155,6 +157,8 @@ class Progress:
 
     def write(self, record: Record) -> None:
         if self.folder:
+            if os.fstat(self.metrics.fileno()).st_nlink == 0:  # deleted with its folder: written to no one
+                raise FolderGoneError(f"{self.folder / METRICS}: deleted while training ran; stopping")
             self.metrics.write(json.dumps(record) + "\n")
             self.metrics.flush()
 

@@ -1,0 +1,37 @@
+"""A job's own word on its state: status.json while it runs, final.json once it has ended.
+
+status.json has one writer, the job's lead rank (RUNNING, with its host, pid and
+start time). final.json holds the final state (COMPLETED, FAILED, TIMEOUT,
+CANCELLED, ...) and is created once: of the ranks, the launcher, a cancel and a
+listing that each may end a job, the first wins, and a rank that outlived a time
+limit cannot turn TIMEOUT into COMPLETED.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from hpcdl.store.atomic import create_once
+from hpcdl.store.files import FINAL, STATUS
+from hpcdl.store.folders import read_json, write_json
+
+
+def write_status(folder: Path, state: str, **fields: Any) -> None:
+    """Record the running job's state (the lead rank's alone; fields of earlier writes are kept)."""
+    status = read_json(folder / STATUS) or {}
+    status.update(fields, state=state, updated_at=time.time())
+    write_json(folder / STATUS, status)
+
+
+def write_final(folder: Path, state: str, **fields: Any) -> bool:
+    """Record the job's final state unless one is recorded already; True when this call's state holds."""
+    final = {**fields, "state": state, "ended_at": fields.get("ended_at", time.time())}
+    return create_once(folder / FINAL, json.dumps(final, indent=1, sort_keys=True) + "\n")
+
+
+def withdraw_final(folder: Path) -> None:
+    """Remove the final state this process has just written (a cancel the scheduler refused)."""
+    (folder / FINAL).unlink(missing_ok=True)

@@ -1,0 +1,64 @@
+"""True states of Slurm jobs (slurm/cluster.sh up): SUBMITTING while sbatch has not answered, a final
+state recorded once, the last recorded state when Slurm cannot be asked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+import pytest
+
+import hpcdl
+from hpcdl.cluster.slurm import SlurmBackend
+from tests.test_slurm import _cli, _queue, _sacct_state, slurm_cluster, wait_running  # noqa: F401 - the fixture
+from tests.test_states import _row, held_submission
+
+pytestmark = pytest.mark.slurm
+
+
+def square(x: float) -> float:
+    return x * x
+
+
+def test_a_slurm_job_being_submitted_is_listed_submitting(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    submit = lambda: hpcdl.batch(square, 3.0, cluster="slurm", time="00:05:00")  # noqa: E731
+    with held_submission(store, monkeypatch, SlurmBackend(), submit) as (job_id, submitted):
+        listing = _cli("hpcdl.jobs", "list")
+        assert _row(listing.stdout, job_id)[3] == "SUBMITTING", listing.stdout
+        assert not (store / job_id / "final.json").exists()
+    assert submitted[0].result(timeout=180) == 9.0
+    assert _row(_cli("hpcdl.jobs", "list").stdout, job_id)[3] == "COMPLETED"
+
+
+def test_a_cancelled_slurm_job_keeps_the_state_recorded_first(store: Path) -> None:
+    job = hpcdl.batch(time.sleep, 600, cluster="slurm", time="00:15:00")
+    wait_running(job)
+    assert _cli("hpcdl.jobs", "cancel", job.id).stdout.strip().endswith("state now CANCELLED")
+    recorded = (job.folder / "final.json").read_text()
+    assert json.loads(recorded)["state"] == "CANCELLED"
+    assert _sacct_state(job.backend_id).startswith("CANCELLED")
+    assert job.backend_id not in _queue()
+    assert _row(_cli("hpcdl.jobs", "list").stdout, job.id)[3] == "CANCELLED"
+    assert (job.folder / "final.json").read_text() == recorded
+
+
+def _cli_without_slurm(*args: str) -> subprocess.CompletedProcess:
+    """A jobs command in a shell whose Slurm commands fail (no such slurm.conf)."""
+    return subprocess.run([sys.executable, "-m", "hpcdl.jobs", *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "SLURM_CONF": "/nonexistent/slurm.conf"})
+
+
+def test_with_slurm_unreachable_a_listing_shows_the_last_recorded_state(store: Path) -> None:
+    job = hpcdl.batch(time.sleep, 600, cluster="slurm", time="00:15:00")
+    try:
+        wait_running(job)
+        listing = _cli_without_slurm("list")
+        assert listing.returncode == 0 and _row(listing.stdout, job.id)[3] == "RUNNING", listing.stderr
+        assert "scheduler could not be asked" in _cli_without_slurm("show", job.id).stdout
+        assert not (job.folder / "final.json").exists()
+    finally:
+        job.cancel()
+    assert job.state == "CANCELLED"
