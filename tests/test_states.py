@@ -328,7 +328,8 @@ def test_a_killed_checkpoint_writers_temporary_file_is_removed_by_the_next_save(
     os.utime(old, (time.time() - STALE_AFTER_S - 60,) * 2)
     save_checkpoint(folder, 2, {"w": torch.ones(2)})
     assert not temporary.exists() and not old.exists() and foreign.exists()
-    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == ["checkpoint-000000002.pt"]
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == [
+        "checkpoint-000000002.pt", "checkpoint-000000002.sha256"]
     assert load_latest_checkpoint(folder)["w"].tolist() == [1.0, 1.0]
 
 

@@ -113,7 +113,9 @@ def test_resume_from_checkpoint_gives_identical_weights(blobs, tmp_path: Path) -
     options = TrainingOptions(checkpoint_path=checkpoints, checkpoint_frequency=5,
                               checkpoint_frequency_unit="iteration", **common)
     train_network(blobs, linear_model(), options, callbacks=[stop_mid_epoch])
-    assert sorted(p.name for p in Path(checkpoints).iterdir()) == ["checkpoint-000000010.pt", "checkpoint-000000015.pt"]
+    assert sorted(p.name for p in Path(checkpoints).iterdir()) == [
+        "checkpoint-000000010.pt", "checkpoint-000000010.sha256", "checkpoint-000000015.pt",
+        "checkpoint-000000015.sha256"]
     resumed, info = train_network(blobs, linear_model(99), options)
     assert [r["iteration"] for r in info.history] == list(range(1, 4 * 12 + 1))
     for a, b in zip(straight.state_dict().values(), resumed.state_dict().values()):

@@ -17,7 +17,7 @@ PRECISIONS = ("float32", "bf16", "fp16")
 LOSSES = ("crossentropy", "mse")
 OUTPUT_NETWORKS = ("last-iteration", "best-validation-loss")
 PLOTS = ("none", "training-progress")
-FREQUENCY_UNITS = ("epoch", "iteration")
+FREQUENCY_UNITS = ("epoch", "iteration", "minute")
 BATCH_SCALINGS = ("global", "per_worker")
 LR_SCALINGS = ("none", "linear", "sqrt")
 COMMS = ("torch", "mpi")
@@ -83,7 +83,9 @@ class TrainingOptions:
     checkpoint_frequency: int = 1
     """Checkpoint every this many checkpoint_frequency_unit, >= 1."""
     checkpoint_frequency_unit: str = "epoch"
-    """epoch or iteration."""
+    """epoch (at the end of every N), iteration (every N) or minute (after the first iteration N minutes on)."""
+    checkpoint_keep: int = 2
+    """Checkpoints kept, newest first (a damaged newest one falls back to the one before), >= 1."""
     execution_environment: str = "auto"
     """auto (a GPU when one is usable, else the CPU), cpu, gpu, multi-gpu or parallel."""
     gpus: Optional[List[int]] = None
@@ -133,7 +135,7 @@ class TrainingOptions:
             require_choice(self, name, allowed)
         require(self, "num_workers", self.num_workers is None or self.num_workers >= 0, ">= 0 or null")
         for name in ("max_epochs", "mini_batch_size", "validation_frequency", "verbose_frequency",
-                     "checkpoint_frequency", "learn_rate_drop_period", "prefetch_factor"):
+                     "checkpoint_frequency", "checkpoint_keep", "learn_rate_drop_period", "prefetch_factor"):
             require(self, name, getattr(self, name) >= 1, "a positive integer")
         lr = self.initial_learn_rate
         require(self, "initial_learn_rate", lr is None or (lr > 0 and math.isfinite(lr)),

@@ -63,7 +63,7 @@ class BatchLoader:
     """One loader for a whole run: ``epoch(chunks, epoch)`` yields the batches of those index chunks."""
 
     def __init__(self, data: Dataset, device: torch.device, memory_format: torch.memory_format,
-                 background: bool = False, workers: Optional[int] = None, prefetch: int = 2) -> None:
+                 background: bool = False, workers: Optional[int] = None, prefetch: int = 2, seed: int = 0) -> None:
         self.data, self.device, self.memory_format = data, device, memory_format
         self.skipped = 0
         self.sampler = EpochBatches(getattr(data, "accepts_epoch", False))
@@ -73,7 +73,9 @@ class BatchLoader:
             self.loader = DataLoader(data, batch_sampler=self.sampler, num_workers=count,
                                      collate_fn=collate_skipping, pin_memory=device.type == "cuda",
                                      prefetch_factor=prefetch if count else None, persistent_workers=count > 0,
-                                     worker_init_fn=_reopen_in_worker if count else None)
+                                     worker_init_fn=_reopen_in_worker if count else None,
+                                     # the workers' seeds come from here, not from the generator dropout draws on
+                                     generator=torch.Generator().manual_seed(seed))
 
     def host_batches(self, chunks: Sequence[torch.Tensor], epoch: int) -> Iterator[Optional[Batch]]:
         """The batches of ``chunks`` in order, in host memory; None for a batch whose every file was skipped."""

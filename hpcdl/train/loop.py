@@ -19,7 +19,7 @@ from hpcdl.data.loader import BatchLoader
 from hpcdl.distributed.context import DistContext, init_context
 from hpcdl.distributed.shares import shares
 from hpcdl.errors import ConfigError
-from hpcdl.train.checkpoint import RunState, restore_run, save_run
+from hpcdl.train.checkpoint import CheckpointClock, RunState, restore_run, save_run
 from hpcdl.train.device import choose_device
 from hpcdl.train.progress import Callback, Progress, TrainingInfo
 from hpcdl.train.schedule import learn_rate_at
@@ -157,7 +157,8 @@ def run_epochs(step: Step, loader: BatchLoader, validation: Validation, progress
                settings: RunSettings, train_size: int, per_epoch: int) -> str:
     """Train from ``state`` to the end (or an early stop); returns why training stopped."""
     options, context, info = step.options, step.context, progress.info
-    checkpoint_unit = options.checkpoint_frequency_unit if settings.checkpoint_path else None
+    clock = CheckpointClock(options.checkpoint_frequency_unit if settings.checkpoint_path else None,
+                            options.checkpoint_frequency)
     for epoch in range(state.iteration // per_epoch, options.max_epochs):
         order = epoch_order(options, train_size, epoch, state.shuffle_seed)
         chunks, totals = epoch_chunks(order, settings.global_batch, context)
@@ -178,22 +179,24 @@ def run_epochs(step: Step, loader: BatchLoader, validation: Validation, progress
             stop = progress.end_iteration(validation(epoch + 1, state) if validation.due(state.iteration) else None)
             if progress.callbacks and context.distributed:
                 stop = context.any_true(stop, x.device)  # a stop asked on any worker stops them all
-            if checkpoint_unit == "iteration" and state.iteration % options.checkpoint_frequency == 0:
-                checkpoint(step, state, progress, settings)
+            if clock.due_after_iteration(state.iteration):
+                checkpoint(step, state, progress, settings, clock)
             if stop or state.best.exhausted(options.validation_patience):
                 return "callback" if stop else "validation-patience"
-        if checkpoint_unit == "epoch" and (epoch + 1) % options.checkpoint_frequency == 0:
-            checkpoint(step, state, progress, settings)
+        if clock.due_after_epoch(epoch):
+            checkpoint(step, state, progress, settings, clock)
     return "max-epochs"
 
 
-def checkpoint(step: Step, state: RunState, progress: Progress, settings: RunSettings) -> None:
+def checkpoint(step: Step, state: RunState, progress: Progress, settings: RunSettings,
+               clock: CheckpointClock) -> None:
     """Flush the records (every rank), then let the lead worker save the run."""
     progress.flush()
     if step.context.lead:
         device = next(step.model.parameters()).device
         save_run(settings.checkpoint_path, state, progress.elapsed(), step.model, step.optimizer, step.scaler,
-                 device, progress.info)
+                 device, progress.info, step.options.checkpoint_keep)
+    clock.saved()
 
 
 def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions] = None, *,
@@ -237,7 +240,7 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
             print(f"Resumed from the checkpoint of iteration {state.iteration} in {settings.checkpoint_path}")
         progress = Progress(options, settings, info, callbacks, state.elapsed_before)
         loader = BatchLoader(train_set, device, memory_format, options.dispatch_in_background,
-                             options.num_workers, options.prefetch_factor)
+                             options.num_workers, options.prefetch_factor, state.shuffle_seed)
         validation = Validation(val_set, step, options, device, memory_format)
         model.train()
         reason = run_epochs(step, loader, validation, progress, state, settings, len(train_set), per_epoch)
