@@ -28,6 +28,7 @@ from hpcdl.store.folders import write_json
 from hpcdl.store.status import write_final
 from hpcdl.train.checkpoint import load_latest_checkpoint, save_checkpoint
 from tests.conftest import job_folders, linear_model
+from tests.payloads import add, note_pid_then_sleep
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,18 +68,6 @@ def _unshare(*flags: str) -> tuple[str, ...]:
     if not ok:
         pytest.skip(f"unshare {' '.join(flags)} is not permitted here")
     return ("unshare", *flags)
-
-
-def add(a: int, b: int) -> int:
-    return a + b
-
-
-def note_pid_then_sleep(folder: str, seconds: float) -> str:
-    rank = os.environ.get("RANK", "0")
-    Path(folder, f"pid{rank}").write_text(str(os.getpid()))
-    time.sleep(seconds)
-    Path(folder, f"finished{rank}").write_text("")
-    return "finished"
 
 
 class SlowBackend:
@@ -157,9 +146,9 @@ def test_a_job_cancelled_while_being_submitted_never_runs(store: Path, tmp_path:
 
 
 def test_a_submitter_killed_before_the_backend_answered_leaves_a_failed_job(store: Path) -> None:
-    code = ("import threading, hpcdl, hpcdl.submission as s, tests.test_states as t\n"
+    code = ("import threading, hpcdl, hpcdl.submission as s, tests.test_states as t, tests.payloads as p\n"
             "s.backend_for = lambda name: t.SlowBackend(t.LocalBackend(), threading.Event())\n"
-            "hpcdl.batch(t.add, 1, 2)\n")
+            "hpcdl.batch(p.add, 1, 2)\n")
     submitter = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
     try:
         job_id = _until(lambda: [f for f in job_folders(store) if (store / f / "manifest.json").exists()],
@@ -205,7 +194,7 @@ def test_a_final_state_recorded_by_an_earlier_version_still_holds(store: Path) -
 
 
 def test_a_local_time_limit_ends_every_rank_and_the_job_stays_timeout(store: Path, tmp_path: Path) -> None:
-    job = hpcdl.batch(note_pid_then_sleep, str(tmp_path), 30, cluster="local", tasks_per_node=2, time="0:08")
+    job = hpcdl.batch(note_pid_then_sleep, str(tmp_path), 60, cluster="local", tasks_per_node=2, time="0:10")
     pids = _until(lambda: [int(p.read_text()) for p in sorted(tmp_path.glob("pid*"))
                            if p.read_text()] if len(list(tmp_path.glob("pid*"))) == 2 else None,
                   what="both ranks start")
