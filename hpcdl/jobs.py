@@ -75,6 +75,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from hpcdl.store.folders import DAMAGED
     from hpcdl.store.follow import progress
@@ -89,13 +93,19 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"job       {record.id}  ({m['kind']} '{m['name']}')\n"
           f"state     {record.state}{'  (' + record.reason + ')' if record.reason else ''}\n"
           f"profile   {m['profile']} ({record.backend}), scheduler id {record.backend_id}\n"
-          f"submitted {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(m['submitted_at']))} from "
+          f"submitted {_when(m['submitted_at'])} from "
           f"{m['submitted_from']['host']}:{m['submitted_from']['cwd']}\n"
           f"elapsed   {_elapsed(record.status) or '-'}  host {record.status.get('host', '-')}  "
           f"restarts {record.status.get('restarts', 0)}\n"
           f"git       {(m.get('git') or {}).get('commit', '-')}{' (dirty)' if (m.get('git') or {}).get('dirty') else ''}\n"
           f"overrides {' '.join(m.get('overrides') or []) or '-'}\n"
           f"folder    {record.folder}")
+    for event in record.status.get("events", []):
+        print(f"{event['event']:<9} {_when(event['at'])} after iteration {event['iteration']} "
+              f"(restart {event['restarts']})")
+    for resume in m.get("resumes", []):
+        print(f"resumed   {_when(resume['at'])} after {resume['after']} (was {resume['backend_id']}), "
+              f"time {resume['time']}")
     if m["kind"] == "train":
         print(f"progress  {json.dumps(progress(record))}")
     if record.state not in ("COMPLETED", "SUBMITTING", "PENDING", "RUNNING"):
@@ -151,6 +161,16 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_resume(args: argparse.Namespace) -> int:
+    from hpcdl.store.job import Job
+    from hpcdl.submission import resume_job
+
+    job = resume_job(Job.attach(args.id), args.time)
+    print(f"resumed {job.id} from its newest checkpoint as {job.backend_id}\n"
+          f"  progress: python -m hpcdl.jobs watch {job.id}")
+    return 0
+
+
 def cmd_fetch(args: argparse.Namespace) -> int:
     from hpcdl.store.files import RESULTS
     from hpcdl.store.job import Job
@@ -188,6 +208,8 @@ def parser() -> argparse.ArgumentParser:
                             ("wait", cmd_wait, "block until the job ends; exit 0 if it completed"),
                             ("cancel", cmd_cancel, "cancel a job"),
                             ("fetch", cmd_fetch, "copy the results here and print the summary"),
+                            ("resume", cmd_resume, "submit a stopped training job again; it goes on from its "
+                                                   "newest checkpoint"),
                             ("logs", cmd_logs, "a rank's stdout or stderr")):
         sub = verbs.add_parser(verb, help=text)
         sub.add_argument("id")
@@ -198,6 +220,8 @@ def parser() -> argparse.ArgumentParser:
             sub.add_argument("--stderr", action="store_true", help="stderr instead of stdout")
         if verb in ("wait", "cancel"):
             sub.add_argument("--timeout", type=float, default=None if verb == "wait" else 60.0)
+        if verb == "resume":
+            sub.add_argument("--time", help="a new time limit (Slurm's format, e.g. 02:00:00)")
         if verb == "fetch":
             sub.add_argument("--to", help="folder to copy into (default ./ID)")
             sub.add_argument("--wait", action="store_true", help="wait for the job to end first")

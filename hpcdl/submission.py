@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -10,10 +11,10 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from hpcdl.cluster import backend_for
-from hpcdl.config.cluster import is_secret
+from hpcdl.config.cluster import is_secret, time_limit_seconds
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.host import process_id
-from hpcdl.store.files import FUNCTION, MANIFEST
+from hpcdl.store.files import FINAL, FUNCTION, MANIFEST
 from hpcdl.store.folders import JobRecord, new_job_folder, remember_root, remove_job_folder, store_root, write_json
 from hpcdl.plan import JobPlan, resolve_function
 from hpcdl.store.job import Job
@@ -71,6 +72,39 @@ def submit_job(plan: JobPlan, *, overrides: Sequence[str] = (),
         raise
     remember_root(root)
     return Job(JobRecord(folder, manifest, {}, state="PENDING"))
+
+
+RESUMABLE = ("TIMEOUT", "STOPPED", "FAILED", "CANCELLED", "NODE_FAIL", "LOST")
+"""Final states a training job may go on from (its checkpoint is kept in the job folder)."""
+
+
+def resume_job(job: Job, time_limit: Optional[str] = None) -> Job:
+    """Submit a stopped training job again in the same record: it goes on from its newest valid checkpoint.
+
+    ``time_limit`` (Slurm's format) replaces the profile's. The previous end is kept in the manifest's
+    ``resumes``; until the backend has the job again it lists as SUBMITTING.
+    """
+    record = job.refresh()
+    if record.manifest.get("kind") != "train":
+        raise SubmissionError(f"job {job.id}: only training jobs resume (they checkpoint); submit a function again")
+    if record.state not in RESUMABLE:
+        raise SubmissionError(f"job {job.id} is {record.state}: only a job that ended {', '.join(RESUMABLE)} resumes")
+    plan = JobPlan.from_dict(record.manifest["plan"])
+    if time_limit is not None:
+        profile = dataclasses.replace(plan.cluster, time=time_limit)  # the profile's own check of the value
+        plan = dataclasses.replace(plan, cluster=profile, time_limit_s=time_limit_seconds(time_limit))
+    backend = backend_for(plan.cluster.backend)
+    backend.check(plan)
+    manifest = dict(record.manifest)
+    previous = {"at": time.time(), "after": record.state, "reason": record.reason,
+                "backend_id": manifest.pop("backend_id", None), "time": plan.cluster.time}
+    manifest.update(plan=plan.to_dict(), resumes=[*manifest.get("resumes", []), previous],
+                    submitted_from={**manifest["submitted_from"], "process": process_id(os.getpid())})
+    write_json(record.folder / MANIFEST, manifest)
+    (record.folder / FINAL).unlink(missing_ok=True)  # the job is SUBMITTING again, then runs
+    manifest["backend_id"] = backend.submit(plan, record.folder)
+    write_json(record.folder / MANIFEST, manifest)
+    return Job(JobRecord(record.folder, manifest, {}, state="PENDING"))
 
 
 def batch(fn: Callable[..., Any], *args: Any, cluster: str = "local", name: Optional[str] = None,

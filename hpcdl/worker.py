@@ -26,8 +26,9 @@ from hpcdl.errors import FolderGoneError
 from hpcdl.host import end_own_job
 from hpcdl.plan import JobPlan
 from hpcdl.store.atomic import atomic_save, remove_stale_temporaries
-from hpcdl.store.files import FINAL, FUNCTION, FUNCTION_RESULT, MANIFEST, RANKS_DONE
+from hpcdl.store.files import FINAL, FUNCTION, FUNCTION_RESULT, MANIFEST, RANKS_DONE, STATUS
 from hpcdl.store.folders import check_owned, read_json
+from hpcdl.train.stopping import STOP_SIGNAL, StopRequested, listen_for_stop
 from hpcdl.store.status import write_final, write_status
 
 
@@ -56,9 +57,39 @@ def _enforce_local_time_limit(folder: Path, plan: JobPlan) -> None:
             write_final(folder, "TIMEOUT", reason=f"time limit {plan.cluster.time} reached")
         end_own_job(124)  # like timeout(1)
 
-    timer = threading.Timer(plan.time_limit_s, expire)
-    timer.daemon = True
-    timer.start()
+    def warn() -> None:  # as Slurm's --signal: the ranks (the launcher forwards it) checkpoint and stop
+        os.kill(os.getpid(), STOP_SIGNAL)
+
+    timers = [threading.Timer(plan.time_limit_s, expire)]
+    if plan.kind == "train" and 0 < plan.cluster.signal_delay_s < plan.time_limit_s:
+        timers.append(threading.Timer(plan.time_limit_s - plan.cluster.signal_delay_s, warn))
+    for timer in timers:
+        timer.daemon = True
+        timer.start()
+
+
+def _after_stop(folder: Path, plan: JobPlan, stop: StopRequested, job_id: str) -> None:
+    """The ranks stopped on the signal with a checkpoint: on Slurm the lead requeues the job while requeues
+    are left (it goes on from the checkpoint); otherwise the job ends TIMEOUT (local) or STOPPED."""
+    if global_rank() != plan.lead_rank:
+        return
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+    slurm_job = os.environ.get("SLURM_JOB_ID")
+    event = {"at": time.time(), "iteration": stop.iteration, "restarts": restarts}
+    status = read_json(folder / STATUS) or {}
+    if slurm_job and restarts < plan.cluster.max_requeues:
+        requeue = subprocess.run(["scontrol", "requeue", slurm_job], capture_output=True, text=True)
+        if requeue.returncode == 0:
+            write_status(folder, "REQUEUED", events=[*status.get("events", []), {**event, "event": "requeued"}])
+            print(f"[hpcdl] {stop}; requeued (restart {restarts + 1} of at most {plan.cluster.max_requeues})",
+                  flush=True)
+            return
+        print(f"[hpcdl] scontrol requeue failed: {requeue.stderr.strip()}", file=sys.stderr, flush=True)
+    state = "TIMEOUT" if plan.cluster.backend == "local" else "STOPPED"
+    write_status(folder, status.get("state", "RUNNING"), events=[*status.get("events", []),
+                                                                 {**event, "event": "stopped"}])
+    write_final(folder, state, iteration=stop.iteration,
+                reason=f"{stop}; go on with python -m hpcdl.jobs resume {job_id}")
 
 
 def _launch_ranks(path: Path, plan: JobPlan) -> None:
@@ -103,8 +134,13 @@ def run_job(folder: str) -> None:
         write_status(path, "RUNNING", started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
                      slurm_job_id=os.environ.get("SLURM_JOB_ID"),
                      restarts=int(os.environ.get("SLURM_RESTART_COUNT", "0")))
+    if plan.kind == "train":
+        listen_for_stop()
     try:
         _run_payload(path, plan)
+    except StopRequested as stop:
+        _after_stop(path, plan, stop, manifest["id"])
+        return
     except BaseException as e:
         with contextlib.suppress(FolderGoneError):  # a deleted job folder is not written again
             write_final(path, "FAILED", rank=global_rank(),  # whichever rank fails first says why

@@ -233,3 +233,52 @@ def test_own_network_and_dataset_train_on_both_nodes_from_the_users_folder(store
     assert state["body.1.weight"].shape == (6, 16)  # MyNet(hidden=6) on 1x4x4 inputs, built on every rank
     logs = job.logs(0) + job.logs(1)
     assert "rank 0/2" in logs and "rank 1/2" in logs
+
+
+def _signal_once_training(job, folder: Path) -> None:
+    """Wait until the job trains (a metrics line), then send USR2 to its ranks as Slurm does before a limit."""
+    deadline = time.monotonic() + 120
+    while not ((folder / "metrics.jsonl").is_file() and (folder / "metrics.jsonl").read_text().strip()):
+        assert time.monotonic() < deadline, job.error()
+        time.sleep(0.5)
+    subprocess.run(["scancel", "--signal=USR2", job.backend_id], check=True)
+
+
+def _iterations(folder: Path) -> list[int]:
+    import json
+
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    return [r["iteration"] for r in records if r["kind"] == "iteration"]
+
+
+def test_the_stop_signal_requeues_the_job_which_goes_on_from_its_checkpoint(store: Path, digits_root: Path) -> None:
+    from hpcdl.store.job import Job
+
+    done = _cli("hpcdl.submit", "cluster=slurm", f"data.root={digits_root}", "training.max_epochs=6",
+                "training.mini_batch_size=32", "cluster.max_requeues=1", "cluster.time=00:10:00",
+                "cluster.nodes=2", "training.execution_environment=parallel", "name=requeued")
+    job = Job.attach(done.stdout.split()[2])
+    _signal_once_training(job, job.folder)
+    assert job.wait(timeout=400) == "COMPLETED", job.error()  # Slurm holds a requeued job ~120 s
+    status = job.refresh().status
+    assert [e["event"] for e in status["events"]] == ["requeued"] and status["restarts"] == 1
+    stopped = status["events"][0]["iteration"]
+    assert f"Resumed from the checkpoint of iteration {stopped}" in job.logs(0)
+    assert _iterations(job.folder) == list(range(1, job.result()["iterations"] + 1))  # no gap, no repeat
+
+
+def test_with_no_requeue_left_the_job_stops_and_jobs_resume_finishes_it(store: Path, digits_root: Path) -> None:
+    from hpcdl.store.job import Job
+
+    done = _cli("hpcdl.submit", "cluster=slurm", f"data.root={digits_root}", "training.max_epochs=6",
+                "training.mini_batch_size=32", "cluster.max_requeues=0", "cluster.time=00:10:00", "name=stopped")
+    job = Job.attach(done.stdout.split()[2])
+    _signal_once_training(job, job.folder)
+    assert job.wait(timeout=120) == "STOPPED", job.error()
+    assert "stopped on SIGUSR2 after iteration" in job.refresh().reason
+    first_slurm_id = job.backend_id
+    assert "resumed" in _cli("hpcdl.jobs", "resume", job.id).stdout
+    job = Job.attach(job.id)
+    assert job.backend_id != first_slurm_id
+    assert job.wait(timeout=240) == "COMPLETED", job.error()
+    assert _iterations(job.folder) == list(range(1, job.result()["iterations"] + 1))

@@ -95,7 +95,9 @@ class ClusterConfig:
     export: List[str] = field(default_factory=lambda: list(DEFAULT_EXPORT))
     """Variables copied from the submitting shell (an allow-list; never the whole environment)."""
     signal_delay_s: int = 120
-    """Seconds before the time limit at which the job gets USR2 to checkpoint, >= 0."""
+    """Seconds before the time limit at which the job gets USR2 to checkpoint and stop, >= 0."""
+    max_requeues: int = 3
+    """Times a training job stopped by USR2 on Slurm requeues itself to go on from its checkpoint, >= 0."""
     network: NetworkConfig = field(default_factory=NetworkConfig)
     """NCCL / InfiniBand / GPUDirect settings for every rank (shown by dry_run)."""
     collective_timeout_s: int = 300
@@ -112,6 +114,7 @@ class ClusterConfig:
         require(self, "cpus_per_task", self.cpus_per_task is None or self.cpus_per_task >= 1,
                 "a positive integer or null")
         require(self, "signal_delay_s", self.signal_delay_s >= 0, ">= 0")
+        require(self, "max_requeues", self.max_requeues >= 0, ">= 0")
         require(self, "mem", self.mem is None or bool(_MEMORY.match(self.mem)),
                 "a Slurm memory size such as 4000, 512M or 16G")
         time_limit_minutes(self.time)

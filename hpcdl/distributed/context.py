@@ -34,6 +34,8 @@ class DistContext:
     """The torch process group of the computing workers (comm=torch, several workers)."""
     mpi_comm: Any = None
     """The MPI communicator of the computing workers (comm=mpi)."""
+    control: Any = None
+    """A gloo group of the computing workers for decisions made on the host (comm=torch, several workers)."""
     reducer: Any = field(default=None, repr=False)
 
     @property
@@ -98,6 +100,16 @@ class DistContext:
         torch.distributed.all_reduce(values, group=self.group)
         return values
 
+    def agree(self, flag: bool) -> bool:
+        """True on every computing worker if ``flag`` is true on any, decided on the host: no device sync."""
+        if not self.distributed:
+            return flag
+        if self.comm == "mpi":
+            return bool(self.mpi_comm.allreduce(int(flag), op=self.mpi_module().MAX))
+        value = torch.tensor([int(flag)])
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX, group=self.control)
+        return bool(value.item())
+
     def any_true(self, flag: bool, device: torch.device) -> bool:
         """True on every computing worker if ``flag`` is true on any (a callback's stop)."""
         return bool(self.all_sum(torch.tensor([float(flag)], device=device)).item() > 0)
@@ -157,6 +169,8 @@ def init_context(options: TrainingOptions, device: torch.device) -> DistContext:
         computing = context.computing
         context.group = (torch.distributed.new_group(computing, timeout=timeout)
                          if len(computing) < env.world_size else torch.distributed.group.WORLD)
+        context.control = (torch.distributed.new_group(computing, timeout=timeout, backend="gloo")
+                           if backend == "nccl" else context.group)
     print(f"[hpcdl] rank {env.rank}/{env.world_size} (local {env.local_rank}) on {socket.gethostname()}, "
           f"device {device}, load {loads[env.rank]:g}, via {env.source}", flush=True)
     return context

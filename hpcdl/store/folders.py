@@ -23,7 +23,7 @@ from hpcdl.store.atomic import atomic_write_text
 from hpcdl.errors import HpcdlError
 from hpcdl.store.files import FINAL, MANIFEST, STATUS
 
-FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "LOST")
+FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "STOPPED", "OUT_OF_MEMORY", "NODE_FAIL", "LOST")
 DAMAGED = "DAMAGED"
 """The state of a job whose manifest or status files cannot be read: shown, never acted on."""
 MANIFEST_KEYS = {"id": str, "name": str, "kind": str, "profile": str, "plan": dict, "submitted_at": (int, float)}

@@ -24,6 +24,7 @@ from hpcdl.train.device import choose_device
 from hpcdl.train.progress import Callback, Progress, TrainingInfo
 from hpcdl.train.schedule import learn_rate_at
 from hpcdl.train.settings import RunSettings, run_settings
+from hpcdl.train.stopping import StopRequested, stop_requested
 from hpcdl.train.validation import BestValidation
 from hpcdl.train.steps import (autocast, clip_gradients, correct_count, evaluate_totals, make_loss, make_optimizer,
                                validation_record)
@@ -181,6 +182,9 @@ def run_epochs(step: Step, loader: BatchLoader, validation: Validation, progress
                 stop = context.any_true(stop, x.device)  # a stop asked on any worker stops them all
             if clock.due_after_iteration(state.iteration):
                 checkpoint(step, state, progress, settings, clock)
+            if settings.checkpoint_path and context.agree(stop_requested()):  # every rank stops here
+                checkpoint(step, state, progress, settings, clock)
+                raise StopRequested(state.iteration)
             if stop or state.best.exhausted(options.validation_patience):
                 return "callback" if stop else "validation-patience"
         if clock.due_after_epoch(epoch):
@@ -236,8 +240,9 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
         seed = options.seed if options.seed is not None else int(torch.randint(2**31, ()).item())
         state = RunState(shuffle_seed=seed, best=BestValidation(options.output_network == "best-validation-loss"))
         resumed = restore_run(settings.checkpoint_path, state, model, step.optimizer, step.scaler, device, info)
-        if resumed and settings.verbose:
-            print(f"Resumed from the checkpoint of iteration {state.iteration} in {settings.checkpoint_path}")
+        if resumed and context.lead:  # in the log even when quiet: where the run went on from
+            print(f"Resumed from the checkpoint of iteration {state.iteration} in {settings.checkpoint_path}",
+                  flush=True)
         progress = Progress(options, settings, info, callbacks, state.elapsed_before)
         loader = BatchLoader(train_set, device, memory_format, options.dispatch_in_background,
                              options.num_workers, options.prefetch_factor, state.shuffle_seed)

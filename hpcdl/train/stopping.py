@@ -1,0 +1,43 @@
+"""Stopping on a signal: the scheduler's warning before a time limit or a preemption (USR2 by default).
+
+The handler only notes the signal. After each iteration the computing workers
+agree on the host whether any of them got it, so that all stop after the same
+iteration; the run then checkpoints and ends with StopRequested, which the job
+turns into a requeue or a resumable stopped state.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+from hpcdl.errors import HpcdlError
+
+STOP_SIGNAL = signal.SIGUSR2
+"""The signal Slurm sends ahead of the time limit (``--signal=USR2@signal_delay_s``); never USR1, which NCCL
+may take."""
+
+_received = threading.Event()
+
+
+class StopRequested(HpcdlError):
+    """Training stopped on the stop signal after a checkpoint; resuming continues from it."""
+
+    def __init__(self, iteration: int) -> None:
+        super().__init__(f"stopped on {STOP_SIGNAL.name} after iteration {iteration}, checkpoint saved")
+        self.iteration = iteration
+
+
+def _note(_signum: int, _frame: Any) -> None:
+    _received.set()
+
+
+def listen_for_stop() -> None:
+    """Note the stop signal from now on in this process (replacing, for instance, submitit's handler)."""
+    signal.signal(STOP_SIGNAL, _note)
+
+
+def stop_requested() -> bool:
+    """Whether this process got the stop signal."""
+    return _received.is_set()
