@@ -90,8 +90,7 @@ class ClusterConfig:
     export: List[str] = field(default_factory=lambda: list(DEFAULT_EXPORT))
     """Variables copied from the submitting shell (an allow-list; never the whole environment)."""
     secrets: List[str] = field(default_factory=list)
-    """Credentials passed by name from the submitting shell to every rank ([WANDB_API_KEY, HF_TOKEN]):
-    through the scheduler's environment, never written to a file; each must be set when submitting."""
+    """Credentials passed by name from the submitting shell to every rank (WANDB_API_KEY); never written."""
     signal_delay_s: int = 120
     """Seconds before the time limit at which the job gets USR2 to checkpoint, >= 0."""
     network: NetworkConfig = field(default_factory=NetworkConfig)
