@@ -10,9 +10,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -60,7 +60,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     from hpcdl.store.states import resolve_states
     from hpcdl.store.folders import scan
 
-    records = scan()
+    skipped: list[str] = []
+    records = scan(skipped=skipped)
+    for note in skipped:
+        print(f"note: skipped {note}; not yours alone, never read", file=sys.stderr)
     if args.name:
         records = [r for r in records if fnmatch.fnmatch(str(r.manifest.get("name", "")), args.name)
                    or args.name in str(r.manifest.get("name", ""))]
@@ -115,14 +118,15 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     from hpcdl.store.job import Job
+    from hpcdl.store.safety import open_job_file
 
     job = Job.attach(args.id)
-    stream = "stderr" if args.stderr else "stdout"
-    path = job.log_path(args.rank, stream)
+    log = job.log_path(args.rank, "stderr" if args.stderr else "stdout").relative_to(job.folder)
     offset = 0
     while True:
+        ended = args.follow and job.done()  # asked before reading: the last lines written are shown
         try:
-            with open(path, "rb") as f:
+            with open_job_file(job.folder, log) as f:
                 f.seek(offset)
                 chunk = f.read()
                 offset = f.tell()
@@ -130,9 +134,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             chunk = b""
         sys.stdout.write(chunk.decode(errors="replace"))
         sys.stdout.flush()
-        if not args.follow or job.done():
-            if args.follow and path.exists() and path.stat().st_size > offset:
-                continue  # the last lines written before the end
+        if not args.follow or ended:
             return 0
         time.sleep(1.0)
 
@@ -174,6 +176,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_fetch(args: argparse.Namespace) -> int:
     from hpcdl.store.files import RESULTS
     from hpcdl.store.job import Job
+    from hpcdl.store.safety import copy_out
 
     job = Job.attach(args.id)
     result = job.result(timeout=0 if not args.wait else None)
@@ -182,9 +185,11 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     if job.manifest["kind"] == "train":
         from hpcdl.store.follow import format_summary
 
-        copied = [name for name in RESULTS if (job.folder / name).is_file()]
-        for name in copied:
-            shutil.copy2(job.folder / name, target / name)
+        copied = []
+        for name in RESULTS:
+            with contextlib.suppress(FileNotFoundError):
+                copy_out(job.folder, name, target / name)
+                copied.append(name)
         print(format_summary(result))
         print(f"copied {', '.join(copied)} to {target}\n"
               f"load: model, info, summary = hpcdl.train.job.load_result({str(target)!r})")

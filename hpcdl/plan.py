@@ -15,6 +15,7 @@ from hpcdl.cluster.environment import exported_environment, job_environment
 from hpcdl.config import ClusterConfig, Config
 from hpcdl.config.cluster import time_limit_seconds
 from hpcdl.config.root import check_job_name
+from hpcdl.config.secrets import check_no_secret_values, check_secrets_set
 from hpcdl.config.fields import restore
 from hpcdl.errors import ConfigError
 
@@ -86,6 +87,7 @@ def resolve(config: Config, gpus_here: Optional[int] = None) -> JobPlan:
     ``gpus_here``: the GPUs of this machine (local profiles); asked only when needed.
     """
     training, profile = config.training, config.cluster
+    _check_secrets(config, profile)
     available = _gpus_offered(profile, gpus_here) if _needs_gpu_count(config) else None
     world, profile = _world(config, available)
     loads = _worker_loads(training.worker_load, world, training.execution_environment)
@@ -118,10 +120,17 @@ def resolve_function(profile: ClusterConfig, name: str) -> JobPlan:
     """The plan of a function job (hpcdl.batch): every rank runs the function with the distributed
     variables set (torchrun's on the local profile, Slurm's on Slurm); rank 0's return value is the result."""
     check_job_name(name, "batch: name")
+    _check_secrets({"name": name, "cluster": profile}, profile)
     world = profile.nodes * profile.tasks_per_node
     return JobPlan(kind="function", name=name, cluster=profile, world_size=world, worker_loads=(1.0,) * world,
                    time_limit_s=time_limit_seconds(profile.time), environment=job_environment(profile),
                    exported=tuple(sorted(exported_environment(profile))))
+
+
+def _check_secrets(tree: Any, profile: ClusterConfig) -> None:
+    """The profile's secrets are set in this shell, and no option holds a secret's value."""
+    check_secrets_set(profile.secrets)
+    check_no_secret_values(tree, "", profile.secrets)
 
 
 def _needs_gpu_count(config: Config) -> bool:

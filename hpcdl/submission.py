@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from hpcdl.cluster import backend_for
-from hpcdl.config.cluster import is_secret, time_limit_seconds
+from hpcdl.config.cluster import time_limit_seconds
+from hpcdl.config.secrets import check_no_secret_values
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.host import process_id
 from hpcdl.store.files import FINAL, FUNCTION, MANIFEST
@@ -40,6 +41,7 @@ def submit_job(plan: JobPlan, *, overrides: Sequence[str] = (),
     Until the backend's id is in the manifest, listings show the job SUBMITTING (while this process
     runs). A store that cannot be written (read-only, full) raises SubmissionError naming it.
     """
+    check_no_secret_values(list(overrides), "overrides", plan.cluster.secrets)
     backend = backend_for(plan.cluster.backend)
     backend.check(plan)
     root = store_root(plan.cluster.store)
@@ -54,7 +56,7 @@ def submit_job(plan: JobPlan, *, overrides: Sequence[str] = (),
             atomic_save(folder / FUNCTION, lambda f: cloudpickle.dump(payload, f))
         manifest = {
             "id": job_id, "name": plan.name, "kind": plan.kind, "profile": plan.cluster.name,
-            "plan": plan.to_dict(), "overrides": [o for o in overrides if not is_secret(o.split("=")[0])],
+            "plan": plan.to_dict(), "overrides": list(overrides),
             "submitted_at": time.time(), "git": _git_commit(Path.cwd()),
             "submitted_from": {"cwd": os.getcwd(), "host": os.uname().nodename, "process": process_id(os.getpid())},
         }

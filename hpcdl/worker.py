@@ -27,7 +27,8 @@ from hpcdl.host import end_own_job
 from hpcdl.plan import JobPlan
 from hpcdl.store.atomic import atomic_save, remove_stale_temporaries
 from hpcdl.store.files import FINAL, FUNCTION, FUNCTION_RESULT, MANIFEST, RANKS_DONE, STATUS
-from hpcdl.store.folders import check_owned, read_json
+from hpcdl.store.folders import read_json
+from hpcdl.store.safety import check_store, load_pickle
 from hpcdl.train.stopping import STOP_SIGNAL, StopRequested, listen_for_stop
 from hpcdl.store.status import write_final, write_status
 
@@ -38,13 +39,11 @@ def _run_payload(folder: Path, plan: JobPlan) -> None:
 
         run_training(plan.config, folder)
         return
-    import cloudpickle
-
-    check_owned(folder / FUNCTION)
-    with open(folder / FUNCTION, "rb") as f:
-        fn, args, kwargs = cloudpickle.load(f)
+    fn, args, kwargs = load_pickle(folder, FUNCTION)
     result = fn(*args, **kwargs)
     if global_rank() == 0:
+        import cloudpickle
+
         atomic_save(folder / FUNCTION_RESULT, lambda out: cloudpickle.dump(result, out))
 
 
@@ -111,7 +110,7 @@ def _launch_ranks(path: Path, plan: JobPlan) -> None:
 def run_job(folder: str) -> None:
     """Run the job stored in ``folder``; its status file says how it went."""
     path = Path(folder)
-    check_owned(path)
+    check_store(path.parent)
     manifest = read_json(path / MANIFEST)
     if manifest is None:
         raise FileNotFoundError(f"{path / MANIFEST}: no manifest; not a job folder")

@@ -290,7 +290,7 @@ def test_a_full_store_refuses_submissions_and_leaves_no_folder(store: Path) -> N
     prefix = _unshare("-m")
     store.mkdir()
     quoted = shlex.quote(str(store))
-    script = (f"mount -t tmpfs -o size=64k tmpfs {quoted} && (head -c 1M /dev/zero > {quoted}/filler 2>/dev/null; true) && "
+    script = (f"mount -t tmpfs -o size=64k,mode=0700 tmpfs {quoted} && (head -c 1M /dev/zero > {quoted}/filler 2>/dev/null; true) && "
               f"{shlex.quote(sys.executable)} -m hpcdl.submit; echo \"exit $?\"; ls -A {quoted}")
     done = subprocess.run([*prefix, "sh", "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.stdout.splitlines() == ["exit 2", "filler"], done.stdout + done.stderr

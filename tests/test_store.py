@@ -15,7 +15,8 @@ from hpcdl.cluster.environment import exported_environment, job_environment
 from hpcdl.config.cluster import ClusterConfig, time_limit_minutes, time_limit_seconds
 from hpcdl.plan import JobPlan
 from hpcdl.cluster.slurm import sbatch_script
-from hpcdl.store.folders import UnsafeFolderError, check_owned, find, new_job_folder, scan, write_json
+from hpcdl.store.folders import find, new_job_folder, scan, write_json
+from hpcdl.store.safety import UnsafeFolderError, read_job_file
 
 RECORD = Path(__file__).parent / "data" / "sbatch_record.txt"
 
@@ -87,10 +88,10 @@ def test_job_folders_are_owner_only_and_ids_unique(tmp_path: Path) -> None:
 def test_pickles_in_a_folder_others_can_write_are_refused(tmp_path: Path) -> None:
     result = tmp_path / "result.pkl"
     result.write_bytes(b"not loaded")
-    check_owned(result)
+    assert read_job_file(tmp_path, "result.pkl") == b"not loaded"
     os.chmod(result, 0o666)
-    with pytest.raises(UnsafeFolderError, match="not owned by you alone"):
-        check_owned(result)
+    with pytest.raises(UnsafeFolderError, match="writable by group or others"):
+        read_job_file(tmp_path, "result.pkl")
 
 
 def test_find_takes_an_id_a_prefix_a_scheduler_id_or_last(tmp_path: Path) -> None:

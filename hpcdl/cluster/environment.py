@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 from typing import Dict, Optional
 
-from hpcdl.config.cluster import ClusterConfig, is_secret
+from hpcdl.config.cluster import ClusterConfig
+from hpcdl.config.secrets import is_secret
 from hpcdl.config.network import NetworkConfig
 
 

@@ -53,7 +53,7 @@ class LocalBackend:
 
     def _environment(self, plan: JobPlan) -> dict[str, str]:
         # the GPUs this shell may use are the local job's too (on Slurm, the allocation decides)
-        copied = [*plan.exported, "CUDA_VISIBLE_DEVICES"]
+        copied = [*plan.exported, *plan.cluster.secrets, "CUDA_VISIBLE_DEVICES"]
         return {**{k: os.environ[k] for k in copied if k in os.environ}, **plan.environment,
                 "PYTHONUNBUFFERED": "1"}
 
@@ -61,7 +61,8 @@ class LocalBackend:
         """The command and environment the job would start with."""
         env = self._environment(plan)
         lines = [f"# local job {plan.name!r}: a detached process on this machine", "# environment"]
-        lines += [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+        lines += [f"{k}=<secret: this shell's value, never written>" if k in plan.cluster.secrets
+                  else f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
         lines += ["# command", shlex.join(self._command(plan, folder))]
         return "\n".join(lines) + "\n"
 

@@ -118,7 +118,8 @@ def sbatch_parameters(plan: JobPlan) -> dict[str, Any]:
         "job_name": plan.name, "time": plan.time_limit_minutes, "nodes": profile.nodes,
         "ntasks_per_node": profile.tasks_per_node, "signal_delay_s": profile.signal_delay_s,
         "setup": setup, "srun_args": ["--kill-on-bad-exit=1"], "use_srun": not plan.mpi,
-        "additional_parameters": {"export": ",".join(plan.exported) or "NONE", **profile.sbatch_extra},
+        "additional_parameters": {"export": ",".join([*plan.exported, *profile.secrets]) or "NONE",
+                                  **profile.sbatch_extra},
     }
     optional = {"partition": profile.partition, "account": profile.account, "qos": profile.qos,
                 "cpus_per_task": profile.cpus_per_task, "mem": profile.mem, "constraint": profile.constraint,
@@ -216,6 +217,7 @@ class SlurmBackend:
         lines = [sbatch_script(plan, folder).rstrip("\n"), "",
                  "# variables copied from the submitting shell (--export allow-list):"]
         lines += [f"#   {name}" for name in plan.exported]
+        lines += [f"#   {name} (secret: passed by name, its value never written)" for name in plan.cluster.secrets]
         return "\n".join(lines) + "\n"
 
     def submit(self, plan: JobPlan, folder: Path) -> str:

@@ -9,6 +9,7 @@ from dataclasses import field
 from typing import Dict, List, Optional
 
 from hpcdl.config.network import NetworkConfig, refuse_nvls
+from hpcdl.config.secrets import VARIABLE_NAME, check_single_line, check_variable_names
 from hpcdl.errors import ConfigError
 from hpcdl.config.fields import check_types, options, require, require_choice
 
@@ -16,15 +17,9 @@ BACKENDS = ("local", "slurm")
 DEFAULT_EXPORT = ["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV",
                   "CONDA_PREFIX", "SLURM_CONF", "HPCDL_STORE", "XDG_CACHE_HOME", "OMPI_ALLOW_RUN_AS_ROOT",
                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 TIME_FORMATS = ("MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS")
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 _MEMORY = re.compile(r"^\d+[KMGT]?$")
-
-
-def is_secret(name: str) -> bool:
-    """True for variable names that may hold credentials: they never enter scripts or the store."""
-    return any(word in name.upper() for word in SECRET_WORDS)
 
 
 def time_limit_seconds(text: str) -> int:
@@ -94,6 +89,8 @@ class ClusterConfig:
     """Variables set for every rank; shown by dry_run. Names holding TOKEN/KEY/SECRET/PASSWORD are refused."""
     export: List[str] = field(default_factory=lambda: list(DEFAULT_EXPORT))
     """Variables copied from the submitting shell (an allow-list; never the whole environment)."""
+    secrets: List[str] = field(default_factory=list)
+    """Credentials passed by name from the submitting shell to every rank (WANDB_API_KEY); never written."""
     signal_delay_s: int = 120
     """Seconds before the time limit at which the job gets USR2 to checkpoint and stop, >= 0."""
     max_requeues: int = 3
@@ -120,12 +117,20 @@ class ClusterConfig:
         time_limit_minutes(self.time)
         require(self, "collective_timeout_s", self.collective_timeout_s >= 10, ">= 10")
         require(self, "mpirun", len(self.mpirun) > 0, "a command, e.g. [mpirun, --bind-to, none]")
-        for name in list(self.env) + list(self.export):
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-                raise ConfigError(f"cluster.env/export: {name!r} is not a variable name")
-            if is_secret(name):
-                raise ConfigError(f"cluster.env/export: {name} looks like a secret (its name holds one of "
-                                  f"{', '.join(SECRET_WORDS)}); secrets never go into job scripts or the store")
+        check_variable_names(self.env, "cluster.env")
+        check_variable_names(self.export, "cluster.export")
+        for name in self.secrets:
+            if not VARIABLE_NAME.match(name):
+                raise ConfigError(f"cluster.secrets: {name!r} is not a variable name")
+            if name in self.env:
+                raise ConfigError(f"cluster.secrets: {name} is also set in cluster.env; a secret's value comes "
+                                  "from the submitting shell only")
+        for name in ("name", "partition", "account", "qos", "constraint", "mem"):  # they reach #SBATCH lines
+            check_single_line(getattr(self, name), f"cluster.{name}")
+        for key, value in self.sbatch_extra.items():
+            if not re.match(r"^[a-z][a-z0-9-]*$", key):
+                raise ConfigError(f"cluster.sbatch_extra: {key!r} is not an sbatch option name (mail-type, ...)")
+            check_single_line(value, f"cluster.sbatch_extra.{key}")
         refuse_nvls(self.env, "cluster.env")
         if self.python is not None and shutil.which(os.path.expanduser(self.python)) is None:
             raise ConfigError(f"cluster.python: {self.python!r} is not an executable python on this machine")

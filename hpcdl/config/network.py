@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Dict, Optional
 
+from hpcdl.config.secrets import check_variable_names
 from hpcdl.errors import ConfigError
 from hpcdl.config.fields import check_types, options, require_choice
 
@@ -40,10 +41,11 @@ class NetworkConfig:
     debug: Optional[str] = None
     """NCCL_DEBUG: VERSION, WARN, INFO or TRACE."""
     extra: Dict[str, str] = field(default_factory=dict)
-    """Any further variables for every rank (NCCL_*, UCX_*, FI_*)."""
+    """Any further variables for every rank (NCCL_*, UCX_*, FI_*); names as in cluster.env (no secrets)."""
 
     def __post_init__(self) -> None:
         check_types(self)
         if self.debug is not None:
             require_choice(self, "debug", DEBUG_LEVELS)
+        check_variable_names(self.extra, "cluster.network.extra")
         refuse_nvls(self.extra, "cluster.network.extra")

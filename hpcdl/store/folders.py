@@ -22,6 +22,7 @@ from typing import Any, Iterable, Optional
 from hpcdl.store.atomic import atomic_write_text
 from hpcdl.errors import HpcdlError
 from hpcdl.store.files import FINAL, MANIFEST, STATUS
+from hpcdl.store.safety import UnsafeFolderError, check_job_key, check_store, read_job_file, unsafe_reason
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "STOPPED", "OUT_OF_MEMORY", "NODE_FAIL", "LOST")
 DAMAGED = "DAMAGED"
@@ -29,10 +30,6 @@ DAMAGED = "DAMAGED"
 MANIFEST_KEYS = {"id": str, "name": str, "kind": str, "profile": str, "plan": dict, "submitted_at": (int, float)}
 DEFAULT_ROOT = Path("~/.hpcdl/jobs")
 ROOTS_FILE = Path("~/.hpcdl/stores")
-
-
-class UnsafeFolderError(HpcdlError):
-    """A job folder or file is not owned by this user, or others may write it."""
 
 
 def store_root(configured: Optional[str] = None) -> Path:
@@ -60,17 +57,10 @@ def remember_root(root: Path) -> None:
         f.write(f"{root}\n")
 
 
-def check_owned(path: Path) -> None:
-    """Refuse a path that another user owns or that group/others may write (pickles run code)."""
-    info = path.lstat()
-    if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or stat.S_ISLNK(info.st_mode):
-        raise UnsafeFolderError(f"{path}: not owned by you alone (uid {info.st_uid}, mode "
-                                f"{stat.filemode(info.st_mode)}); refusing to load it")
-
-
 def new_job_folder(root: Path) -> tuple[str, Path]:
     """Create an empty owner-only job folder under ``root``; returns (job id, folder)."""
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    check_store(root)
     for _ in range(100):
         job_id = f"{time.strftime('%y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         folder = root / job_id
@@ -94,11 +84,9 @@ def write_json(path: Path, value: dict[str, Any]) -> None:
 
 
 def read_json(path: Path) -> Optional[dict[str, Any]]:
-    """A JSON file's content, or None when it is missing."""
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
+    """A job file's JSON content (read safely: see hpcdl.store.safety), or None when it is missing."""
+    data = read_job_file(path.parent, path.name)
+    return None if data is None else json.loads(data)
 
 
 @dataclass
@@ -113,7 +101,7 @@ class JobRecord:
 
     @property
     def id(self) -> str:
-        return self.manifest.get("id", self.folder.name)
+        return self.folder.name
 
     @property
     def plan(self) -> dict[str, Any]:
@@ -133,13 +121,15 @@ class JobRecord:
         return self.state in FINAL_STATES or self.state == DAMAGED
 
 
-def _damage(manifest: Any) -> str:
+def _damage(manifest: Any, folder: Path) -> str:
     """What makes a parsed manifest unusable ('' when nothing does)."""
     if not isinstance(manifest, dict):
         return f"{MANIFEST}: not a JSON object"
     for key, kind in MANIFEST_KEYS.items():
         if not isinstance(manifest.get(key), kind):
             return f"{MANIFEST}: {key!r} is missing or of the wrong type"
+    if manifest["id"] != folder.name:
+        return f"{MANIFEST}: its id {manifest['id']!r} is not the folder's name"
     if not isinstance(manifest["plan"].get("cluster"), dict) or "backend" not in manifest["plan"]["cluster"]:
         return f"{MANIFEST}: the plan names no cluster backend"
     return ""
@@ -163,7 +153,7 @@ def load_record(folder: Path) -> Optional[JobRecord]:
     if not files[FINAL] and isinstance(files[STATUS], dict) and files[STATUS].get("state") in FINAL_STATES:
         files[FINAL] = files[STATUS]  # a job of a version before final.json recorded its end in status.json
     manifest = files[MANIFEST]
-    damage = damage or _damage(manifest) or next(
+    damage = damage or _damage(manifest, folder) or next(
         (f"{name}: not a JSON object" for name in (STATUS, FINAL) if not isinstance(files[name], dict)), "")
     if damage:
         return JobRecord(folder, manifest if isinstance(manifest, dict) else {}, {}, DAMAGED, damage)
@@ -173,22 +163,36 @@ def load_record(folder: Path) -> Optional[JobRecord]:
     return record
 
 
-def scan(roots: Optional[Iterable[Path]] = None) -> list[JobRecord]:
-    """Every job in the stores, oldest first, without asking any scheduler."""
+def scan(roots: Optional[Iterable[Path]] = None, skipped: Optional[list[str]] = None) -> list[JobRecord]:
+    """Every job in the stores, oldest first, without asking any scheduler.
+
+    Folders that are not this user's alone are never read; each is noted in ``skipped`` (path: why).
+    """
     records = []
     for root in roots if roots is not None else known_roots():
+        check_store(root)
         for entry in os.scandir(root):
-            if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
-                record = load_record(Path(entry.path))
-                if record is not None:
-                    records.append(record)
+            if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+                continue
+            record = None
+            try:
+                reason = unsafe_reason(entry.stat(follow_symlinks=False), stat.S_IFDIR)
+                record = None if reason else load_record(Path(entry.path))
+            except UnsafeFolderError as e:  # swapped after the look above: still never trusted
+                reason = str(e)
+            if reason and skipped is not None:
+                skipped.append(f"{entry.path}: {reason}")
+            if record is not None and not reason:
+                records.append(record)
     return sorted(records, key=lambda r: 0 if r.state == DAMAGED else r.manifest["submitted_at"])
 
 
 def find(key: str, roots: Optional[Iterable[Path]] = None) -> JobRecord:
     """The job whose id, unique id prefix or scheduler job id is ``key`` ('last': the newest)."""
+    check_job_key(key)
     roots = list(roots) if roots is not None else known_roots()
     for root in roots:  # the exact id is a folder name: no scan needed
+        check_store(root)
         record = load_record(root / key) if (root / key).is_dir() else None
         if record is not None:
             return record

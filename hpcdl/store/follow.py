@@ -10,15 +10,15 @@ from typing import Any, Optional, TextIO
 from hpcdl.store.job import Job
 from hpcdl.store.files import METRICS
 from hpcdl.store.folders import JobRecord
+from hpcdl.store.safety import open_job_file
 
 TAIL_BYTES = 65536
 
 
 def read_records(record: JobRecord, tail_bytes: Optional[int] = TAIL_BYTES) -> list[dict[str, Any]]:
     """The metrics records of a job (only those in the last ``tail_bytes`` when given)."""
-    path = record.folder / METRICS
     try:
-        with open(path, "rb") as f:
+        with open_job_file(record.folder, METRICS) as f:
             if tail_bytes is not None:
                 f.seek(0, 2)
                 f.seek(max(0, f.tell() - tail_bytes))

@@ -13,18 +13,12 @@ from typing import Any, Optional
 from hpcdl.cluster import backend_for
 from hpcdl.errors import HpcdlError, JobFailedError
 from hpcdl.store.files import FUNCTION_RESULT, RESULT
-from hpcdl.store.folders import DAMAGED, JobRecord, check_owned, find, load_record, read_json
+from hpcdl.store.folders import DAMAGED, JobRecord, find, load_record, read_json
+from hpcdl.store.safety import load_pickle, read_job_file
 from hpcdl.store.states import resolve_states
 from hpcdl.store.status import withdraw_final, write_final
 
 POLL_S = 1.0
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return ""
 
 
 class Job:
@@ -91,14 +85,12 @@ class Job:
 
     def logs(self, rank: int = 0, stream: str = "stdout") -> str:
         """Rank ``rank``'s stdout or stderr so far."""
-        try:
-            return self.log_path(rank, stream).read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
+        data = read_job_file(self.folder, self.log_path(rank, stream).relative_to(self.folder))
+        return "" if data is None else data.decode(errors="replace")
 
     def error(self) -> str:
         """What the scheduler said of failed tasks (srun names a lost rank), the traceback, the stderr tail."""
-        stderr = _tail(self.log_path(0, "stderr"), lines=200)
+        stderr = "\n".join(self.logs(0, "stderr").splitlines()[-200:])
         tasks = "\n".join(line for line in stderr.splitlines() if line.startswith("srun: error:"))
         traceback = self._record.status.get("traceback", "")
         return "\n".join(part for part in (tasks, traceback or "\n".join(stderr.splitlines()[-30:])) if part)
@@ -120,7 +112,8 @@ class Job:
         """Wait, then return the result: the training summary, or the function's return value.
 
         Raises JobFailedError (with the traceback or stderr tail) if the job did not complete.
-        Function results are unpickled only from folders owned by this user alone.
+        Function results are unpickled only from a file and folder owned by this user alone, opened once
+        without following links (hpcdl.store.safety).
         """
         state = self.wait(timeout)
         if state == DAMAGED:
@@ -129,12 +122,7 @@ class Job:
             raise JobFailedError(f"job {self.id} ended {state}: {self._record.reason}", self.error())
         if self.manifest["kind"] == "train":
             return read_json(self.folder / RESULT)
-        import cloudpickle
-
-        check_owned(self.folder)
-        check_owned(self.folder / FUNCTION_RESULT)
-        with open(self.folder / FUNCTION_RESULT, "rb") as f:
-            return cloudpickle.load(f)
+        return load_pickle(self.folder, FUNCTION_RESULT)
 
     def __repr__(self) -> str:
         return f"Job({self.id!r}, backend_id={self.backend_id!r}, state={self._record.state!r})"

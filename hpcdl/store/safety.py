@@ -1,0 +1,141 @@
+"""Reading a store that other users can reach: every file is opened once, never through a symbolic link,
+and trusted only when the opened file itself (fstat) is this user's alone.
+
+A store root, a job folder and each file read from it must be owned by this user and not writable by
+group or others; anything else raises UnsafeFolderError naming the path and why. Files are opened
+relative to a folder descriptor (``O_NOFOLLOW`` at every step), so a folder or file swapped for a link
+between a check and a read is never followed: what is checked is what is read.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from pathlib import Path, PurePath
+from typing import IO, Any, Optional
+
+from hpcdl.errors import HpcdlError
+
+JOB_ID = re.compile(r"^[0-9]{6}-[0-9]{6}-[0-9a-f]{4}$")
+"""How ``new_job_folder`` names jobs: YYMMDD-HHMMSS-xxxx."""
+JOB_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]*$")
+"""What a job can be asked for by: an id, a prefix of one, a scheduler id or 'last' (no path)."""
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a planted FIFO cannot hang us
+
+
+class UnsafeFolderError(HpcdlError):
+    """A store, job folder or file is not owned by this user, is writable by others, or is a link."""
+
+
+def check_job_key(key: str) -> None:
+    """HpcdlError unless ``key`` can name a job without naming a path (``../x``, ``/etc``)."""
+    if not JOB_KEY.match(key):
+        raise HpcdlError(f"{key!r} is not a job id: give an id (like 261203-172419-ab12), a unique prefix of "
+                         "one, a scheduler job id or 'last'; paths are not accepted")
+
+
+def unsafe_reason(info: os.stat_result, kind: int) -> str:
+    """Why a file with ``info`` cannot be trusted ('' when it can): ``kind`` is stat.S_IFDIR or S_IFREG."""
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symbolic link"
+    if stat.S_IFMT(info.st_mode) != kind:
+        return "is not a folder" if kind == stat.S_IFDIR else "is not a regular file"
+    if info.st_uid != os.getuid():
+        return f"is owned by uid {info.st_uid}, not by you (uid {os.getuid()})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by group or others ({stat.filemode(info.st_mode)}; chmod go-w fixes it)"
+    return ""
+
+
+def _checked(fd: int, path: PurePath, kind: int) -> int:
+    reason = unsafe_reason(os.fstat(fd), kind)
+    if reason:
+        os.close(fd)
+        raise UnsafeFolderError(f"{path}: {reason}; refusing to read it")
+    return fd
+
+
+def _open(path: PurePath, flags: int, kind: int, dir_fd: Optional[int] = None) -> int:
+    name = path.name if dir_fd is not None else str(path)
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):  # a link where O_NOFOLLOW refuses to go
+            raise UnsafeFolderError(f"{path}: is a symbolic link or not a folder; refusing to read it") from None
+        raise
+    return _checked(fd, path, kind)
+
+
+def open_folder(folder: Path) -> int:
+    """A descriptor of ``folder`` (not followed if it is a link), checked to be this user's alone."""
+    return _open(folder, _FOLDER, stat.S_IFDIR)
+
+
+def check_store(root: Path) -> None:
+    """UnsafeFolderError unless the store folder ``root`` is this user's alone."""
+    try:
+        fd = os.open(root, _FOLDER)
+    except OSError as e:
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        reason = "is a symbolic link or not a folder"
+    else:
+        reason = unsafe_reason(os.fstat(fd), stat.S_IFDIR)
+        os.close(fd)
+    if reason:
+        raise UnsafeFolderError(f"job store {root}: {reason}; a store must be yours alone (others could plant "
+                                "or swap jobs in it)")
+
+
+def open_job_file(folder: Path, name: str | PurePath) -> IO[bytes]:
+    """``folder/name`` opened for reading once, each step without following a link and checked.
+
+    FileNotFoundError when it is missing; UnsafeFolderError when any step is not this user's alone.
+    """
+    parts = PurePath(name).parts
+    if not parts or any(part in ("..", "/") for part in parts):
+        raise UnsafeFolderError(f"{name}: not a path inside the job folder {folder}")
+    fd, path = open_folder(folder), PurePath(folder)
+    try:
+        for part in parts[:-1]:
+            path = path / part
+            inner = _open(path, _FOLDER, stat.S_IFDIR, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        path = path / parts[-1]
+        file_fd = _open(path, _FILE, stat.S_IFREG, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.set_blocking(file_fd, True)
+    return os.fdopen(file_fd, "rb")
+
+
+def read_job_file(folder: Path, name: str | PurePath) -> Optional[bytes]:
+    """The content of ``folder/name`` read safely (see open_job_file), or None when it is missing."""
+    try:
+        with open_job_file(folder, name) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def load_pickle(folder: Path, name: str) -> Any:
+    """Unpickle ``folder/name`` (a function or its result) from the file that was checked, never by path again."""
+    import cloudpickle
+
+    with open_job_file(folder, name) as f:
+        return cloudpickle.load(f)
+
+
+def copy_out(folder: Path, name: str, target: Path) -> None:
+    """Copy ``folder/name`` (read safely) to ``target``, never writing through a link planted there."""
+    with open_job_file(folder, name) as source:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            while chunk := source.read(1 << 20):
+                out.write(chunk)

@@ -1,0 +1,324 @@
+"""The store as a hostile co-user meets it, on the local backend: swapped links, planted folders, ids that
+are paths, secrets through every key and names that carry newlines or shell code."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import pickle
+import pwd
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+import hpcdl
+from hpcdl.errors import ConfigError, HpcdlError
+from hpcdl.host import process_id
+from hpcdl.store.files import FINAL, FUNCTION_RESULT, MANIFEST
+from hpcdl.store.safety import UnsafeFolderError
+from tests.conftest import job_folders
+
+ROOT = Path(__file__).resolve().parent.parent
+OTHER_USER = "hpcdl-other"
+SECRET = "hf_s3cr3t-value-0123456789"
+
+
+def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's hpcdl from any folder
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=120, cwd=cwd,
+                          env=environment)
+
+
+def answer() -> int:
+    return 42
+
+
+def token_digest() -> str | None:
+    """What a rank sees of HF_TOKEN, as a digest (the result file must not hold the value either)."""
+    value = os.environ.get("HF_TOKEN")
+    return None if value is None else hashlib.sha256(value.encode()).hexdigest()
+
+
+class Planted:
+    """An attacker's pickle: unpickling it creates the folder it names."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self) -> tuple:
+        return os.mkdir, (self.marker,)
+
+
+def _completed_function_job(store: Path) -> hpcdl.Job:
+    job = hpcdl.batch(answer, cluster="local")
+    assert job.result(timeout=120) == 42
+    return job
+
+
+def _files_holding(folder: Path, text: str) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
+
+
+# --- reading a job folder ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("swap", ["folder", "file"])
+def test_a_folder_or_result_swapped_for_a_link_never_runs_the_attackers_pickle(store: Path, tmp_path: Path,
+                                                                              swap: str) -> None:
+    job = _completed_function_job(store)
+    marker = tmp_path / "attacker-code-ran"
+    attacker = tmp_path / "attacker"
+    shutil.copytree(job.folder, attacker)
+    (attacker / FUNCTION_RESULT).write_bytes(pickle.dumps(Planted(marker)))
+    real, link = (job.folder, job.folder) if swap == "folder" else (job.folder / FUNCTION_RESULT,) * 2
+    target = attacker if swap == "folder" else attacker / FUNCTION_RESULT
+    aside = real.with_name(real.name + ".aside")
+    stop = threading.Event()
+    by_path: list[bytes] = []
+
+    def swapper() -> None:  # the co-user: the real entry and a link to the attacker's take turns
+        while not stop.is_set():
+            os.rename(real, aside)
+            os.symlink(target, link)
+            with contextlib.suppress(OSError):  # a plain read by path, to prove the swap is seen
+                by_path.append((job.folder / FUNCTION_RESULT).read_bytes())
+            os.unlink(link)
+            os.rename(aside, real)
+
+    thread = threading.Thread(target=swapper)
+    thread.start()
+    outcomes = {"result": 0, "refused": 0}
+    try:
+        deadline = time.monotonic() + 20
+        for _ in range(3000):
+            if time.monotonic() > deadline:
+                break
+            try:
+                assert job.result(timeout=0) == 42
+                outcomes["result"] += 1
+            except (UnsafeFolderError, FileNotFoundError, HpcdlError):
+                outcomes["refused"] += 1
+            assert not marker.exists(), "the attacker's pickle ran"
+    finally:
+        stop.set()
+        thread.join()
+    assert not marker.exists()
+    assert (attacker / FUNCTION_RESULT).read_bytes() in by_path, "a plain read never met the attacker's file"
+    assert outcomes["result"] > 0 and outcomes["refused"] > 0, outcomes
+
+
+def test_files_in_a_job_folder_are_read_only_when_yours_alone(store: Path, tmp_path: Path) -> None:
+    job = _completed_function_job(store)
+    os.chmod(job.folder / FUNCTION_RESULT, 0o666)
+    with pytest.raises(UnsafeFolderError, match=r"result.pkl: is writable by group or others"):
+        job.result(timeout=0)
+    os.chmod(job.folder / FUNCTION_RESULT, 0o600)
+    (job.folder / FUNCTION_RESULT).unlink()
+    (job.folder / FUNCTION_RESULT).symlink_to(tmp_path / "elsewhere.pkl")
+    with pytest.raises(UnsafeFolderError, match="symbolic link"):
+        job.result(timeout=0)
+
+
+def test_a_store_others_may_write_is_refused_with_its_path(store: Path) -> None:
+    _completed_function_job(store)
+    os.chmod(store, 0o777)
+    listing = _cli("hpcdl.jobs", "list")
+    assert listing.returncode == 1
+    assert listing.stderr.startswith(f"error: job store {store}: is writable by group or others")
+    with pytest.raises(UnsafeFolderError, match="a store must be yours alone"):
+        hpcdl.batch(answer, cluster="local")
+    os.chmod(store, 0o700)
+    assert len(job_folders(store)) == 1
+
+
+@pytest.mark.parametrize("key", ["../x", "..", "/etc", "a/../../b", "~root", ".hidden"])
+def test_ids_that_are_paths_are_refused(store: Path, key: str) -> None:
+    _completed_function_job(store)
+    for verb in ("show", "fetch", "cancel", "logs"):
+        done = _cli("hpcdl.jobs", verb, key)
+        assert done.returncode == 1
+        assert f"error: {key!r} is not a job id" in done.stderr
+
+
+def test_a_manifest_whose_id_is_a_path_is_damaged_and_fetch_writes_only_into_the_target(
+        store: Path, tmp_path: Path) -> None:
+    job = _completed_function_job(store)
+    manifest = json.loads((job.folder / MANIFEST).read_text())
+    manifest["id"] = "../../escaped"
+    (job.folder / MANIFEST).write_text(json.dumps(manifest))
+    work = tmp_path / "work" / "here"
+    work.mkdir(parents=True)
+    listing = _cli("hpcdl.jobs", "list", cwd=work)
+    assert listing.returncode == 0
+    assert job.id in listing.stdout and "DAMAGED" in listing.stdout
+    assert "'../../escaped' is not the folder's name" in listing.stderr
+    fetched = _cli("hpcdl.jobs", "fetch", job.id, cwd=work)
+    assert fetched.returncode == 1 and "damaged" in fetched.stderr
+    assert not (tmp_path / "escaped").exists() and not (work.parent.parent / "escaped").exists()
+
+
+def test_a_job_folder_that_is_a_link_is_refused(store: Path, tmp_path: Path) -> None:
+    job = _completed_function_job(store)
+    moved = tmp_path / "moved"
+    os.rename(job.folder, moved)
+    os.symlink(moved, job.folder)
+    shown = _cli("hpcdl.jobs", "show", job.id)
+    assert shown.returncode == 1
+    assert f"error: {job.folder}: is a symbolic link" in shown.stderr
+
+
+# --- folders planted by another user -------------------------------------------------------------------
+
+@pytest.fixture
+def other_uid() -> int:
+    """The uid of a second account (created when missing); tests that plant its folders need root."""
+    if os.getuid() != 0:
+        pytest.skip("planting another user's folders needs root")
+    with contextlib.suppress(KeyError):
+        return pwd.getpwnam(OTHER_USER).pw_uid
+    subprocess.run(["useradd", "-m", OTHER_USER], check=True, capture_output=True)
+    return pwd.getpwnam(OTHER_USER).pw_uid
+
+
+@pytest.fixture
+def bystander() -> Iterator[subprocess.Popen]:
+    """A process of ours that a planted manifest names as its job."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    yield process
+    process.kill()
+    process.wait()
+
+
+def _plant(store: Path, name: str, uid: int, pid: int, mode: int = 0o755) -> Path:
+    """A newer-looking job folder whose manifest names a path as its id and our process as its own."""
+    folder = store / name
+    folder.mkdir()
+    manifest = {"id": "../../planted-output", "name": "planted", "kind": "train", "profile": "local",
+                "plan": {"cluster": {"backend": "local"}}, "submitted_at": time.time() + 3600,
+                "backend_id": process_id(pid), "submitted_from": {"host": os.uname().nodename, "cwd": "/"}}
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    (folder / FINAL).write_text(json.dumps({"state": "COMPLETED"}))
+    (folder / "result.json").write_text(json.dumps({"planted": True}))
+    for path in (folder, *folder.iterdir()):
+        os.chown(path, uid, uid)
+    os.chmod(folder, mode)
+    return folder
+
+
+def test_a_planted_folder_never_takes_over_last_fetch_or_cancel(store: Path, tmp_path: Path, other_uid: int,
+                                                                bystander: subprocess.Popen) -> None:
+    mine = _completed_function_job(store)
+    planted = _plant(store, "991231-235959-dead", other_uid, bystander.pid)
+    work = tmp_path / "a" / "b"
+    work.mkdir(parents=True)
+
+    listing = _cli("hpcdl.jobs", "list", cwd=work)
+    assert listing.returncode == 0
+    assert mine.id in listing.stdout and "planted" not in listing.stdout and planted.name not in listing.stdout
+    assert f"note: skipped {planted}: is owned by uid {other_uid}, not by you" in listing.stderr
+
+    shown = _cli("hpcdl.jobs", "show", "last", cwd=work)
+    assert shown.returncode == 0 and f"job       {mine.id}" in shown.stdout
+
+    fetched = _cli("hpcdl.jobs", "fetch", "last", cwd=work)
+    assert fetched.returncode == 0 and fetched.stdout.strip() == "42"
+    assert sorted(os.listdir(work)) == [mine.id]
+    assert not (tmp_path / "planted-output").exists()
+
+    for verb in ("cancel", "show", "fetch"):
+        done = _cli("hpcdl.jobs", verb, planted.name, cwd=work)
+        assert done.returncode == 1, done.stdout
+        assert f"error: {planted}: is owned by uid {other_uid}, not by you" in done.stderr
+    assert bystander.poll() is None, "a planted manifest's pid was signalled"
+    with pytest.raises(UnsafeFolderError):
+        hpcdl.Job.attach(planted.name)
+
+
+def test_a_folder_of_yours_that_others_may_write_is_skipped_like_a_planted_one(
+        store: Path, bystander: subprocess.Popen) -> None:
+    mine = _completed_function_job(store)
+    loose = _plant(store, "991231-235959-beef", os.getuid(), bystander.pid, mode=0o777)
+    listing = _cli("hpcdl.jobs", "list")
+    assert listing.returncode == 0 and loose.name not in listing.stdout
+    assert f"note: skipped {loose}: is writable by group or others" in listing.stderr
+    assert hpcdl.Job.attach("last").id == mine.id
+    cancel = _cli("hpcdl.jobs", "cancel", loose.name)
+    assert cancel.returncode == 1 and bystander.poll() is None
+
+
+# --- secrets and names ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("override, message", [
+    ("+cluster.network.extra.HF_TOKEN=abc", "cluster.network.extra: HF_TOKEN looks like a secret"),
+    ("+cluster.env.WANDB_API_KEY=abc", "cluster.env: WANDB_API_KEY looks like a secret"),
+    ("cluster.export=[PATH,HF_TOKEN]", "cluster.export: HF_TOKEN looks like a secret"),
+    (f"+cluster.env.FOO={SECRET}", "cluster.env.FOO: holds the value of HF_TOKEN from this shell"),
+    (f"+cluster.network.extra.NCCL_X={SECRET}", "cluster.network.extra.NCCL_X: holds the value of HF_TOKEN"),
+    (f"name=run-{SECRET}", "name: holds the value of HF_TOKEN"),
+    (f"cluster.setup=['echo {SECRET}']", "cluster.setup[0]: holds the value of HF_TOKEN"),
+    ("+cluster.network.extra.BAD-NAME=1", "cluster.network.extra: 'BAD-NAME' is not a variable name"),
+    ("cluster.secrets=[MISSING_TOKEN]", "cluster.secrets: MISSING_TOKEN not set in this shell"),
+    ("cluster.secrets=['A B']", "cluster.secrets: 'A B' is not a variable name"),
+])
+def test_secrets_through_any_key_are_refused_before_submission(store: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               override: str, message: str) -> None:
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    done = _cli("hpcdl.submit", override)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"error: {message}" in done.stderr
+    assert SECRET not in done.stdout
+    assert job_folders(store) == []
+
+
+def test_a_network_key_cannot_inject_shell_lines() -> None:
+    from hpcdl.config import ClusterConfig
+    from hpcdl.config.network import NetworkConfig
+
+    with pytest.raises(ConfigError, match="is not a variable name"):
+        ClusterConfig(backend="slurm", network=NetworkConfig(extra={"X=1; touch /tmp/pwned #": "v"}))
+
+
+def test_batch_refuses_secret_values_and_control_characters(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    with pytest.raises(ConfigError, match=r"cluster.setup\[0\]: holds the value of HF_TOKEN"):
+        hpcdl.batch(answer, cluster="local", setup=[f"echo {SECRET}"])
+    with pytest.raises(ConfigError, match="name: holds the value of HF_TOKEN"):
+        hpcdl.batch(answer, cluster="local", name=SECRET)
+    with pytest.raises(ConfigError, match="batch: name: must be a non-empty line without control characters"):
+        hpcdl.batch(answer, cluster="local", name="x\n#SBATCH --wrap=touch /tmp/pwned")
+    assert job_folders(store) == []
+    from hpcdl.config import ClusterConfig
+
+    with pytest.raises(ConfigError, match="cluster.partition: .* holds a control character"):
+        ClusterConfig(backend="slurm", partition="debug\n#SBATCH --uid=0")
+
+
+def test_a_declared_secret_reaches_the_job_and_no_file(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    preview = _cli("hpcdl.submit", "cluster.secrets=[HF_TOKEN]", "dry_run=true")
+    assert preview.returncode == 0 and "HF_TOKEN=<secret" in preview.stdout and SECRET not in preview.stdout
+    job = hpcdl.batch(token_digest, cluster="local", secrets=["HF_TOKEN"])
+    assert job.result(timeout=120) == hashlib.sha256(SECRET.encode()).hexdigest()
+    assert job.manifest["plan"]["cluster"]["secrets"] == ["HF_TOKEN"]
+    assert _files_holding(job.folder, SECRET) == []
+    undeclared = hpcdl.batch(token_digest, cluster="local")
+    assert undeclared.result(timeout=120) is None
+
+
+def test_a_newline_name_is_refused_and_a_shell_name_stays_text(store: Path, tmp_path: Path) -> None:
+    refused = _cli("hpcdl.submit", "name=a\nb", "dry_run=false")
+    assert refused.returncode == 2 and job_folders(store) == []
+    marker = tmp_path / "shell-ran"
+    name = f"$(touch {marker}) `touch {marker}`; touch {marker}"
+    job = hpcdl.batch(answer, cluster="local", name=name)
+    assert job.result(timeout=120) == 42
+    assert not marker.exists()
+    listing = _cli("hpcdl.jobs", "list")
+    assert name.split()[0] in listing.stdout and not marker.exists()
