@@ -26,6 +26,10 @@ _EXPORTS = {
     "classify": "hpcdl.train.predict",
     "build_model": "hpcdl.models",
     "batch": "hpcdl.submission",
+    "report": "hpcdl.report",
+    "report_validation": "hpcdl.report",
+    "save_result": "hpcdl.report",
+    "results_dir": "hpcdl.report",
     "Job": "hpcdl.store.job",
     "ClusterConfig": "hpcdl.config.cluster",
 }

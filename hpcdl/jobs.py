@@ -13,9 +13,10 @@ import argparse
 import contextlib
 import fnmatch
 import json
+import os
 import sys
 import time
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from hpcdl.errors import HpcdlError
@@ -44,7 +45,7 @@ def _row(record: "JobRecord") -> tuple[str, ...]:
 
     if record.state != DAMAGED:
         try:
-            view = progress(record) if record.manifest["kind"] == "train" else {}
+            view = progress(record)
             fraction, best = view.get("fraction"), view.get("best_validation_accuracy")
             return (record.id, record.manifest["name"], record.manifest["profile"], record.state,
                     "" if fraction is None else f"{100 * fraction:.0f}%", _elapsed(record.status),
@@ -174,7 +175,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from hpcdl.store.files import RESULTS
+    from hpcdl.store.files import METRICS, PLOT, RESULTS, RESULTS_DIR
     from hpcdl.store.job import Job
     from hpcdl.store.safety import copy_out
 
@@ -193,8 +194,16 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         print(format_summary(result))
         print(f"copied {', '.join(copied)} to {target}\n"
               f"load: model, info, summary = hpcdl.train.job.load_result({str(target)!r})")
-    else:
+    else:  # the user's code: its result, its results folder, what it reported
+        names = [PurePath(name) for name in (METRICS, PLOT)]
+        for top, _, files in os.walk(job.folder / RESULTS_DIR):  # links are neither followed nor copied
+            names += [PurePath(top, name).relative_to(job.folder) for name in files]
+        for name in names:
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                copy_out(job.folder, name, target / name)
         print(repr(result))
+        print(f"copied the results folder and reports to {target}")
     return 0
 
 

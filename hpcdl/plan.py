@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from hpcdl.cluster.environment import exported_environment, job_environment
-from hpcdl.config import ClusterConfig, Config
+from hpcdl.config import ClusterConfig, Config, TrainingOptions
 from hpcdl.config.cluster import time_limit_seconds
 from hpcdl.config.root import check_job_name
 from hpcdl.config.secrets import check_no_secret_values, check_secrets_set
 from hpcdl.config.fields import restore
 from hpcdl.errors import ConfigError
 
-KINDS = ("train", "function")
+KINDS = ("train", "function", "entry", "script")
 DEVICES = ("cpu", "gpu", "auto")
 
 
@@ -28,7 +28,7 @@ class JobPlan:
     """A job as it will run: what, where, how many ranks and how they share the work."""
 
     kind: str
-    """train (the built-in trainer on ``config``) or function (hpcdl.batch)."""
+    """train (the built-in trainer on ``config``), function (hpcdl.batch), entry or script (your own code)."""
     name: str
     """The job's name, a single line."""
     cluster: ClusterConfig
@@ -57,6 +57,8 @@ class JobPlan:
     """The wall-clock limit, parsed once from cluster.time."""
     environment: dict[str, str] = field(default_factory=dict)
     """Variables hpcdl sets for every rank (network block, collective timeout, the profile's env)."""
+    command: tuple[str, ...] = ()
+    """entry: the function's path (pkg.mod:function); script: the script's absolute path and its arguments."""
     exported: tuple[str, ...] = ()
     """Names of the variables copied from the submitting shell (their values are never stored)."""
 
@@ -75,17 +77,22 @@ class JobPlan:
         values = dict(data)
         values["cluster"] = restore(ClusterConfig, values["cluster"])
         values["config"] = restore(Config, values["config"]) if values.get("config") is not None else None
-        for name in ("worker_loads", "worker_batches", "exported"):
+        for name in ("worker_loads", "worker_batches", "exported", "command"):
             values[name] = tuple(values.get(name) or ())
         values["gpus"] = tuple(values["gpus"]) if values.get("gpus") is not None else None
         return cls(**values)
 
 
-def resolve(config: Config, gpus_here: Optional[int] = None) -> JobPlan:
-    """The plan of a training job; ConfigError naming the option for anything that cannot run.
+def resolve(config: Config, gpus_here: Optional[int] = None, script_args: Sequence[str] = ()) -> JobPlan:
+    """The plan of a training job (or of the user's entry or script, with ``script_args``); ConfigError
+    naming the option for anything that cannot run.
 
     ``gpus_here``: the GPUs of this machine (local profiles); asked only when needed.
     """
+    if config.entry is not None or config.script is not None:
+        return resolve_user_code(config, script_args)
+    if script_args:
+        raise ConfigError(f"arguments after --: only script= takes them ({' '.join(script_args)})")
     training, profile = config.training, config.cluster
     _check_secrets(config, profile)
     available = _gpus_offered(profile, gpus_here) if _needs_gpu_count(config) else None
@@ -125,6 +132,34 @@ def resolve_function(profile: ClusterConfig, name: str) -> JobPlan:
     return JobPlan(kind="function", name=name, cluster=profile, world_size=world, worker_loads=(1.0,) * world,
                    time_limit_s=time_limit_seconds(profile.time), environment=job_environment(profile),
                    exported=tuple(sorted(exported_environment(profile))))
+
+
+TRAINER_ONLY = ("execution_environment", "gpus", "worker_load")
+"""Training options that an opaque entry or script cannot honour."""
+
+
+def resolve_user_code(config: Config, script_args: Sequence[str] = ()) -> JobPlan:
+    """The plan of a job that runs the user's entry function or script on every rank, each with torchrun's
+    variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
+    from hpcdl.config.targets import check_entry, check_script
+
+    profile = config.cluster
+    _check_secrets(config, profile)
+    defaults = TrainingOptions()
+    for name in TRAINER_ONLY:
+        if getattr(config.training, name) != getattr(defaults, name):
+            raise ConfigError(f"training.{name}: an option of the built-in trainer; your entry or script picks "
+                              "its own device (each rank gets LOCAL_RANK, and the GPUs the profile gives it)")
+    if config.entry is not None:
+        if script_args:
+            raise ConfigError(f"arguments after --: only a script takes them, not entry={config.entry}")
+        kind, command = "entry", (check_entry(config.entry),)
+    else:
+        kind, command = "script", (check_script(config.script), *script_args)
+    world = profile.nodes * profile.tasks_per_node
+    return JobPlan(kind=kind, name=config.name, cluster=profile, config=config, world_size=world,
+                   worker_loads=(1.0,) * world, command=command, time_limit_s=time_limit_seconds(profile.time),
+                   environment=job_environment(profile), exported=tuple(sorted(exported_environment(profile))))
 
 
 def _check_secrets(tree: Any, profile: ClusterConfig) -> None:

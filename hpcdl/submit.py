@@ -4,6 +4,8 @@
     python -m hpcdl.submit cluster=slurm cluster.time=02:00:00 training.max_epochs=20
     python -m hpcdl.submit cluster=slurm dry_run=true       # print the sbatch script, submit nothing
     python -m hpcdl.submit wait=true                        # follow the job, then print its result
+    python -m hpcdl.submit entry=mypkg.train:main           # your function on every rank, given the config
+    python -m hpcdl.submit script=train.py -- --lr 0.1      # your script on every rank, with its arguments
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ def main(argv: list[str]) -> int:
     from hpcdl.submission import submit_job
 
     try:
-        config = compose_config(argv)
-        plan = resolve(config)
+        overrides, script_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv \
+            else (argv, [])
+        config = compose_config(overrides)
+        plan = resolve(config, script_args=script_args)
         profile = plan.cluster
         if config.dry_run:
             backend = backend_for(profile.backend)
@@ -43,7 +47,7 @@ def main(argv: list[str]) -> int:
                 print(f"# note: {note}")
             print(f"# {plan.world_size} worker(s); dry run: nothing was submitted")
             return 0
-        job = submit_job(plan, overrides=argv)
+        job = submit_job(plan, overrides=overrides)
     except HpcdlError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -26,7 +26,7 @@ from hpcdl.errors import FolderGoneError
 from hpcdl.host import end_own_job
 from hpcdl.plan import JobPlan
 from hpcdl.store.atomic import atomic_save, remove_stale_temporaries
-from hpcdl.store.files import FINAL, FUNCTION, FUNCTION_RESULT, MANIFEST, RANKS_DONE, STATUS
+from hpcdl.store.files import FINAL, FUNCTION, FUNCTION_RESULT, MANIFEST, METRICS, RANKS_DONE, STATUS
 from hpcdl.store.folders import read_json
 from hpcdl.store.safety import check_store, load_pickle
 from hpcdl.train.stopping import STOP_SIGNAL, StopRequested, listen_for_stop
@@ -39,12 +39,23 @@ def _run_payload(folder: Path, plan: JobPlan) -> None:
 
         run_training(plan.config, folder)
         return
-    fn, args, kwargs = load_pickle(folder, FUNCTION)
-    result = fn(*args, **kwargs)
-    if global_rank() == 0:
-        import cloudpickle
+    if plan.kind in ("entry", "script"):
+        from hpcdl.usercode import run_user_code
 
+        result = run_user_code(folder, plan)
+    else:
+        fn, args, kwargs = load_pickle(folder, FUNCTION)
+        result = fn(*args, **kwargs)
+    if global_rank() != 0:
+        return
+    import cloudpickle
+
+    if result is not None or not (folder / FUNCTION_RESULT).exists():  # hpcdl.save_result's stays
         atomic_save(folder / FUNCTION_RESULT, lambda out: cloudpickle.dump(result, out))
+    if (folder / METRICS).exists():  # hpcdl.report's records: the same plot as the trainer's
+        from hpcdl.train.progress import plot_records
+
+        plot_records(folder)
 
 
 def _enforce_local_time_limit(folder: Path, plan: JobPlan) -> None:

@@ -282,3 +282,21 @@ def test_with_no_requeue_left_the_job_stops_and_jobs_resume_finishes_it(store: P
     assert job.backend_id != first_slurm_id
     assert job.wait(timeout=240) == "COMPLETED", job.error()
     assert _iterations(job.folder) == list(range(1, job.result()["iterations"] + 1))
+
+
+def test_a_torchrun_style_script_runs_across_both_nodes(store: Path, tmp_path: Path) -> None:
+    from hpcdl.store.job import Job
+    from tests.user_code import write_user_code
+
+    user = write_user_code(tmp_path / "user")
+    done = subprocess.run([sys.executable, "-m", "hpcdl.submit", "cluster=slurm", "cluster.nodes=2",
+                           "script=train_ddp.py", "cluster.time=00:10:00", "name=script-2n", "--", "--steps", "3"],
+                          capture_output=True, text=True, timeout=300, cwd=user)
+    assert done.returncode == 0, done.stderr
+    job = Job.attach(done.stdout.split()[2])
+    assert job.result(timeout=300) == {"world": 2, "final_loss": pytest.approx(job.result()["final_loss"])}
+    assert "script rank 0 of 2 local 0: sum 3" in job.logs(0)
+    assert "script rank 1 of 2 local 0: sum 3" in job.logs(1)  # its own log, on the other node
+    hosts = subprocess.run(["sacct", "-n", "-P", "-X", "-o", "NodeList", "-j", job.backend_id],
+                           capture_output=True, text=True).stdout.strip()
+    assert hosts == "n[1-2]"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import field
+from typing import Optional
 
 from hpcdl.config.cluster import ClusterConfig
 from hpcdl.config.data import DataConfig
@@ -36,10 +37,16 @@ class Config:
     """python -m hpcdl.submit: print the exact job script and environment, submit nothing."""
     wait: bool = False
     """python -m hpcdl.submit: follow the job with a progress bar until it ends, then print its result."""
+    entry: Optional[str] = None
+    """Your function to run on every rank instead of the built-in trainer (mypkg.train:main), given the Config."""
+    script: Optional[str] = None
+    """Your Python script to run on every rank instead of the built-in trainer; its arguments follow `--`."""
 
     def __post_init__(self) -> None:
         check_types(self)
         check_job_name(self.name, "name")
+        if self.entry is not None and self.script is not None:
+            raise ConfigError("entry and script: give one (a function or a script runs on every rank)")
         if self.training.validation_patience is not None and self.data.validation_fraction == 0:
             raise ConfigError("training.validation_patience: set, but data.validation_fraction=0 "
                               "leaves no validation data")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from hpcdl.errors import ConfigError
@@ -101,3 +102,24 @@ def _key(override: str) -> str:
 
 def _name(target: Callable[..., Any]) -> str:
     return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"
+
+
+def check_entry(entry: str) -> str:
+    """ConfigError unless ``entry`` (``pkg.mod:function``) imports and takes one argument, the config."""
+    function = locate(entry, "entry")
+    try:
+        inspect.signature(function).bind(None)
+    except TypeError:
+        raise ConfigError(f"entry: {_name(function)}{inspect.signature(function)} must take one argument, "
+                          "the config") from None
+    except ValueError:
+        pass  # no signature to read: it will say so when called
+    return entry
+
+
+def check_script(script: str) -> str:
+    """The absolute path of ``script``; ConfigError unless it is a file."""
+    path = Path(script).expanduser().absolute()
+    if not path.is_file():
+        raise ConfigError(f"script: {script} is not a file (looked for {path})")
+    return str(path)

@@ -26,6 +26,8 @@ LOGS = "logs"
 """The folder of a local job's stdout.log and stderr.log."""
 FUNCTION = "function.pkl"
 """hpcdl.batch: the pickled (fn, args, kwargs)."""
+RESULTS_DIR = "results"
+"""User code's results folder (HPCDL_RESULTS_DIR on every rank), fetched with the job."""
 FUNCTION_RESULT = "result.pkl"
 """hpcdl.batch: the pickled return value."""
 RESULTS = (MODEL, INFO, RESULT, METRICS, PLOT)

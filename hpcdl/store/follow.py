@@ -46,7 +46,9 @@ def progress(record: JobRecord, records: Optional[list[dict[str, Any]]] = None) 
         last = iterations[-1]
         view.update(epoch=last["epoch"], iteration=last["iteration"], loss=last["loss"], accuracy=last["accuracy"])
         second = [r["iteration"] for r in iterations if r["epoch"] >= 2]
-        if max_epochs:
+        if last.get("total"):  # hpcdl.report(..., total=N) from the user's code
+            view["fraction"] = min(1.0, last["iteration"] / last["total"])
+        elif max_epochs:
             if second and second[0] > 1:
                 view["fraction"] = min(1.0, last["iteration"] / ((second[0] - 1) * max_epochs))
             else:
@@ -65,7 +67,8 @@ def progress_line(record: JobRecord, view: dict[str, Any], width: int = 24) -> s
     bar = "" if fraction is None else "[" + "#" * round(fraction * width) + "." * (width - round(fraction * width)) + "] "
     parts = [f"{record.id} {record.state:<9s}", bar.rstrip()]
     if "iteration" in view:
-        parts.append(f"epoch {view['epoch']}/{view['max_epochs']} iter {view['iteration']} loss {view['loss']:.4f}")
+        epochs = f"epoch {view['epoch']}/{view['max_epochs']} " if view.get("max_epochs") else ""
+        parts.append(f"{epochs}iter {view['iteration']} loss {view['loss']:.4f}")
         if view.get("accuracy") is not None:
             parts.append(f"acc {100 * view['accuracy']:.1f}%")
     if view.get("validation_accuracy") is not None:
@@ -79,8 +82,7 @@ def follow(job: Job, out: TextIO = sys.stdout, poll_s: float = 1.0) -> str:
     last_line = ""
     while True:
         record = job.refresh()
-        line = progress_line(record, progress(record)) if record.manifest["kind"] == "train" else \
-            f"{record.id} {record.state}"
+        line = progress_line(record, progress(record))
         if line != last_line:
             print(("\r\033[K" + line) if live else line, end="" if live else "\n", file=out, flush=True)
             last_line = line

@@ -224,3 +224,12 @@ def write_progress_plot(path: Path, info: TrainingInfo) -> None:
         axes.grid(True, alpha=0.3)
     with atomic_open(path, "wb") as f:
         figure.savefig(f, format="png")
+
+
+def plot_records(folder: Path) -> None:
+    """Draw training-progress.png in ``folder`` from its metrics.jsonl (records of hpcdl.report)."""
+    records = [json.loads(line) for line in (folder / METRICS).read_text().splitlines() if line.strip()]
+    info = TrainingInfo(history=[r for r in records if r.get("kind") == "iteration"],
+                        validation_history=[r for r in records if r.get("kind") == "validation"])
+    if info.history:
+        write_progress_plot(folder / PLOT, info)

@@ -1,0 +1,45 @@
+"""The rank side of your own code: an entry function or a script on every rank, each with the variables
+torchrun sets, so that code written for torchrun runs unchanged on one node or several."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from hpcdl.distributed.env import discover, free_port
+from hpcdl.errors import HpcdlError
+from hpcdl.plan import JobPlan
+from hpcdl.store.atomic import make_folder
+from hpcdl.store.files import RESULTS_DIR
+
+
+class ScriptFailed(HpcdlError):
+    """The user's script exited with an error on this rank."""
+
+
+def torchrun_variables(folder: Path) -> dict[str, str]:
+    """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT for this rank: from hpcdl's
+    launcher, MPI or Slurm's tasks (rank 0 publishes its address in the job folder)."""
+    env = discover(folder)
+    port = env.master_port if env.world_size > 1 else free_port()
+    return {"RANK": str(env.rank), "WORLD_SIZE": str(env.world_size), "LOCAL_RANK": str(env.local_rank),
+            "LOCAL_WORLD_SIZE": str(env.local_world_size), "MASTER_ADDR": env.master_addr or "127.0.0.1",
+            "MASTER_PORT": str(port)}
+
+
+def run_user_code(folder: Path, plan: JobPlan) -> Any:
+    """Run the plan's entry (returns its value) or script (returns None; a failure raises ScriptFailed)."""
+    os.environ.update(torchrun_variables(folder))
+    os.environ["HPCDL_RESULTS_DIR"] = str(make_folder(folder / RESULTS_DIR))
+    if plan.kind == "entry":
+        from hpcdl.config.targets import locate
+
+        return locate(plan.command[0], "entry")(plan.config)
+    code = subprocess.call([sys.executable, *plan.command])
+    if code != 0:
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        raise ScriptFailed(f"rank {os.environ['RANK']}: {Path(plan.command[0]).name} {how}")
+    return None

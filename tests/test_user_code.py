@@ -1,0 +1,78 @@
+"""Your own entry function or training script as a job on the local profile: on every rank, with torchrun's
+variables, its hpcdl.report records in watch, list and the plot, its result and results folder fetched."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import job_folders
+from tests.user_code import write_user_code
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def _submit(cwd: Path, *args: str) -> str:
+    done = _cli(cwd, "hpcdl.submit", *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()[2]
+
+
+def test_a_torchrun_style_script_runs_on_two_ranks_with_its_arguments(store: Path, tmp_path: Path) -> None:
+    user = write_user_code(tmp_path / "user")
+    job_id = _submit(user, "script=train_ddp.py", "cluster.tasks_per_node=2", "name=ddp-script",
+                     "--", "--steps", "4", "--lr", "0.05")
+    assert _cli(user, "hpcdl.jobs", "wait", job_id, "--timeout", "240").stdout.strip() == "COMPLETED", \
+        _cli(user, "hpcdl.jobs", "show", job_id).stdout
+    logs = _cli(user, "hpcdl.jobs", "logs", job_id).stdout
+    assert "script rank 0 of 2 local 0: sum 3 lr 0.05" in logs and "script rank 1 of 2 local 1: sum 3 lr 0.05" in logs
+    watched = _cli(user, "hpcdl.jobs", "watch", job_id).stdout
+    assert "iter 4 loss" in watched and "COMPLETED" in watched
+    listing = _cli(user, "hpcdl.jobs", "list").stdout
+    assert "ddp-script" in listing and "100%" in listing
+    got = tmp_path / "got"
+    fetched = _cli(user, "hpcdl.jobs", "fetch", job_id, "--to", str(got))
+    assert "'world': 2" in fetched.stdout, fetched.stderr
+    assert (got / "results" / "rank0.txt").read_text() == "3" and (got / "results" / "rank1.txt").is_file()
+    assert (got / "training-progress.png").stat().st_size > 1000 and (got / "metrics.jsonl").is_file()
+
+
+def test_an_entry_gets_the_config_on_every_rank(store: Path, tmp_path: Path) -> None:
+    import hpcdl
+
+    user = write_user_code(tmp_path / "user")
+    job_id = _submit(user, "entry=myentry:main", "cluster.tasks_per_node=2", "name=my-entry")
+    job = hpcdl.Job.attach(job_id)
+    assert job.result(timeout=240) == {"name": "my-entry", "rank": 0, "world": 2}
+
+
+def test_a_failing_script_fails_the_job_naming_its_rank(store: Path, tmp_path: Path) -> None:
+    import hpcdl
+
+    user = write_user_code(tmp_path / "user")
+    (user / "broken.py").write_text("import os, sys\nsys.exit(3 if os.environ['RANK'] == '1' else 0)\n")
+    job = hpcdl.Job.attach(_submit(user, "script=broken.py", "cluster.tasks_per_node=2"))
+    assert job.wait(timeout=240) == "FAILED"
+    assert "rank 1: broken.py exited with code 3" in job.refresh().reason
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["entry=nowhere_module:main"], "entry: cannot import 'nowhere_module'"),
+    (["entry=myentry:takes_nothing"], "entry: myentry.takes_nothing() must take one argument, the config"),
+    (["entry=myentry:mian"], "entry: module 'myentry' has no 'mian' (did you mean 'myentry.main'?)"),
+    (["script=missing.py"], "script: missing.py is not a file"),
+    (["--", "--lr", "1"], "arguments after --: only script= takes them"),
+    (["script=train_ddp.py", "training.worker_load=[1,0]"], "training.worker_load: an option of the built-in trainer"),
+    (["script=train_ddp.py", "entry=myentry:main"], "entry and script: give one"),
+])
+def test_bad_user_code_is_refused_before_submission(store: Path, tmp_path: Path, args: list[str],
+                                                    message: str) -> None:
+    user = write_user_code(tmp_path / "user")
+    done = _cli(user, "hpcdl.submit", *args)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert job_folders(store) == []
