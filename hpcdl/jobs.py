@@ -104,6 +104,9 @@ def cmd_show(args: argparse.Namespace) -> int:
           f"git       {(m.get('git') or {}).get('commit', '-')}{' (dirty)' if (m.get('git') or {}).get('dirty') else ''}\n"
           f"overrides {' '.join(m.get('overrides') or []) or '-'}\n"
           f"folder    {record.folder}")
+    code = m.get("snapshot")
+    print(f"code      {code['files']} files, {code['bytes'] / 1024:.0f} KB of {code['from']}, run from the copy"
+          if code else "code      not snapshotted (run from where it lies)")
     for event in record.status.get("events", []):
         print(f"{event['event']:<9} {_when(event['at'])} after iteration {event['iteration']} "
               f"(restart {event['restarts']})")

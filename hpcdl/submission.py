@@ -18,6 +18,7 @@ from hpcdl.host import process_id
 from hpcdl.store.files import FINAL, FUNCTION, MANIFEST
 from hpcdl.store.folders import JobRecord, new_job_folder, remember_root, remove_job_folder, store_root, write_json
 from hpcdl.plan import JobPlan, resolve_function
+from hpcdl.snapshot import take_snapshot
 from hpcdl.store.job import Job
 
 
@@ -32,6 +33,13 @@ def _git_commit(cwd: Path) -> Optional[dict[str, Any]]:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return {"commit": head.stdout.strip(), "dirty": bool(dirty)}
+
+
+def runs_user_code(plan: JobPlan) -> bool:
+    """Whether the job runs the user's code (and so runs from a snapshot of it, when the profile says so)."""
+    if not plan.cluster.snapshot:
+        return False
+    return plan.kind != "train" or not (plan.config.model.built_in and plan.config.data.built_in)
 
 
 def submit_job(plan: JobPlan, *, overrides: Sequence[str] = (),
@@ -54,8 +62,9 @@ def submit_job(plan: JobPlan, *, overrides: Sequence[str] = (),
             from hpcdl.store.atomic import atomic_save
 
             atomic_save(folder / FUNCTION, lambda f: cloudpickle.dump(payload, f))
+        code = take_snapshot(Path.cwd(), folder, plan.cluster.snapshot_limit_mb) if runs_user_code(plan) else None
         manifest = {
-            "id": job_id, "name": plan.name, "kind": plan.kind, "profile": plan.cluster.name,
+            "snapshot": code, "id": job_id, "name": plan.name, "kind": plan.kind, "profile": plan.cluster.name,
             "plan": plan.to_dict(), "overrides": list(overrides),
             "submitted_at": time.time(), "git": _git_commit(Path.cwd()),
             "submitted_from": {"cwd": os.getcwd(), "host": os.uname().nodename, "process": process_id(os.getpid())},

@@ -12,6 +12,7 @@ from typing import Any
 from hpcdl.distributed.env import discover, free_port
 from hpcdl.errors import HpcdlError
 from hpcdl.plan import JobPlan
+from hpcdl.snapshot import in_snapshot
 from hpcdl.store.atomic import make_folder
 from hpcdl.store.files import RESULTS_DIR
 
@@ -30,7 +31,7 @@ def torchrun_variables(folder: Path) -> dict[str, str]:
             "MASTER_PORT": str(port)}
 
 
-def run_user_code(folder: Path, plan: JobPlan) -> Any:
+def run_user_code(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> Any:
     """Run the plan's entry (returns its value) or script (returns None; a failure raises ScriptFailed)."""
     os.environ.update(torchrun_variables(folder))
     os.environ["HPCDL_RESULTS_DIR"] = str(make_folder(folder / RESULTS_DIR))
@@ -38,7 +39,8 @@ def run_user_code(folder: Path, plan: JobPlan) -> Any:
         from hpcdl.config.targets import locate
 
         return locate(plan.command[0], "entry")(plan.config)
-    code = subprocess.call([sys.executable, *plan.command])
+    script, *arguments = plan.command
+    code = subprocess.call([sys.executable, in_snapshot(script, folder, manifest), *arguments])
     if code != 0:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         raise ScriptFailed(f"rank {os.environ['RANK']}: {Path(plan.command[0]).name} {how}")

@@ -20,11 +20,13 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank
 from hpcdl.errors import FolderGoneError
 from hpcdl.host import end_own_job
 from hpcdl.plan import JobPlan
+from hpcdl.snapshot import run_from_snapshot
 from hpcdl.store.atomic import atomic_save, remove_stale_temporaries
 from hpcdl.store.files import FINAL, FUNCTION, FUNCTION_RESULT, MANIFEST, METRICS, RANKS_DONE, STATUS
 from hpcdl.store.folders import read_json
@@ -33,7 +35,7 @@ from hpcdl.train.stopping import STOP_SIGNAL, StopRequested, listen_for_stop
 from hpcdl.store.status import write_final, write_status
 
 
-def _run_payload(folder: Path, plan: JobPlan) -> None:
+def _run_payload(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> None:
     if plan.kind == "train":
         from hpcdl.train.job import run_training
 
@@ -42,7 +44,7 @@ def _run_payload(folder: Path, plan: JobPlan) -> None:
     if plan.kind in ("entry", "script"):
         from hpcdl.usercode import run_user_code
 
-        result = run_user_code(folder, plan)
+        result = run_user_code(folder, plan, manifest)
     else:
         fn, args, kwargs = load_pickle(folder, FUNCTION)
         result = fn(*args, **kwargs)
@@ -128,6 +130,7 @@ def run_job(folder: str) -> None:
     if (path / FINAL).exists():  # cancelled while it was being submitted: nothing runs
         return
     plan = JobPlan.from_dict(manifest["plan"])  # checked at submission: nothing is validated again here
+    run_from_snapshot(path, manifest)
     os.environ["HPCDL_JOB_FOLDER"] = str(path)
     os.environ.setdefault("HPCDL_COLLECTIVE_TIMEOUT_S", str(plan.cluster.collective_timeout_s))
     launched_as_rank = any(name in os.environ for name in LAUNCHER_RANK_VARIABLES)
@@ -147,7 +150,7 @@ def run_job(folder: str) -> None:
     if plan.kind == "train":
         listen_for_stop()
     try:
-        _run_payload(path, plan)
+        _run_payload(path, plan, manifest)
     except StopRequested as stop:
         _after_stop(path, plan, stop, manifest["id"])
         return

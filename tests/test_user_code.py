@@ -76,3 +76,27 @@ def test_bad_user_code_is_refused_before_submission(store: Path, tmp_path: Path,
     done = _cli(user, "hpcdl.submit", *args)
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert job_folders(store) == []
+
+
+def test_an_edit_after_submission_does_not_change_what_the_job_runs(store: Path, tmp_path: Path) -> None:
+    import hpcdl
+
+    user = write_user_code(tmp_path / "user")
+    (user / "message.py").write_text("TEXT = 'as submitted'\n")
+    (user / "late.py").write_text("import time\ntime.sleep(3)\nimport message\nprint('says', message.TEXT)\n")
+    job_id = _submit(user, "script=late.py")
+    (user / "message.py").write_text("TEXT = 'edited while queued'\n")  # before the job imports it
+    job = hpcdl.Job.attach(job_id)
+    assert job.wait(timeout=240) == "COMPLETED"
+    assert "says as submitted" in job.logs()
+    assert f"code      4 files" in _cli(user, "hpcdl.jobs", "show", job_id).stdout  # train_ddp, myentry, message, late
+
+
+def test_a_snapshot_over_the_limit_is_refused_before_submission(store: Path, tmp_path: Path) -> None:
+    user = write_user_code(tmp_path / "user")
+    (user / "data.bin").write_bytes(b"\0" * (2 * 2**20))
+    done = _cli(user, "hpcdl.submit", "script=train_ddp.py", "cluster.snapshot_limit_mb=1")
+    assert done.returncode == 2 and "over cluster.snapshot_limit_mb=1 (largest: data.bin (2.0 MB)" in done.stderr
+    assert job_folders(store) == []
+    done = _cli(user, "hpcdl.submit", "script=train_ddp.py", "cluster.snapshot=false", "cluster.tasks_per_node=2")
+    assert done.returncode == 0, done.stderr

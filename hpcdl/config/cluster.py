@@ -91,6 +91,10 @@ class ClusterConfig:
     """Variables copied from the submitting shell (an allow-list; never the whole environment)."""
     secrets: List[str] = field(default_factory=list)
     """Credentials passed by name from the submitting shell to every rank (WANDB_API_KEY); never written."""
+    snapshot: bool = True
+    """Copy the submitting folder's code into the job and run from the copy (edits while queued change nothing)."""
+    snapshot_limit_mb: int = 50
+    """The largest code snapshot, in MB; over it the submission is refused, >= 1."""
     signal_delay_s: int = 120
     """Seconds before the time limit at which the job gets USR2 to checkpoint and stop, >= 0."""
     max_requeues: int = 3
@@ -112,6 +116,7 @@ class ClusterConfig:
                 "a positive integer or null")
         require(self, "signal_delay_s", self.signal_delay_s >= 0, ">= 0")
         require(self, "max_requeues", self.max_requeues >= 0, ">= 0")
+        require(self, "snapshot_limit_mb", self.snapshot_limit_mb >= 1, ">= 1")
         require(self, "mem", self.mem is None or bool(_MEMORY.match(self.mem)),
                 "a Slurm memory size such as 4000, 512M or 16G")
         time_limit_minutes(self.time)
