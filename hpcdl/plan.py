@@ -57,6 +57,8 @@ class JobPlan:
     """The wall-clock limit, parsed once from cluster.time."""
     environment: dict[str, str] = field(default_factory=dict)
     """Variables hpcdl sets for every rank (network block, collective timeout, the profile's env)."""
+    gather_results: bool = False
+    """hpcdl.batch(all_ranks=True): the result is every rank's return value, in rank order."""
     command: tuple[str, ...] = ()
     """entry: the function's path (pkg.mod:function); script: the script's absolute path and its arguments."""
     exported: tuple[str, ...] = ()

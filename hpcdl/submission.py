@@ -119,9 +119,11 @@ def resume_job(job: Job, time_limit: Optional[str] = None) -> Job:
 
 
 def batch(fn: Callable[..., Any], *args: Any, cluster: str = "local", name: Optional[str] = None,
-          kwargs: Optional[dict[str, Any]] = None, **resources: Any) -> Job:
+          kwargs: Optional[dict[str, Any]] = None, all_ranks: bool = False, **resources: Any) -> Job:
     """Run ``fn(*args, **kwargs)`` as a job on the profile ``cluster`` (MATLAB's batch); returns at once.
 
+    With several tasks (``nodes``, ``tasks_per_node``) every rank runs it, with torchrun's variables set; the
+    result is rank 0's return value, or every rank's in rank order with ``all_ranks=True``.
     ``resources`` override the profile's settings (time="00:10:00", partition="gpu", gpus_per_node=1).
     """
     from hpcdl.config.compose import compose_config
@@ -130,5 +132,6 @@ def batch(fn: Callable[..., Any], *args: Any, cluster: str = "local", name: Opti
     if not callable(fn):
         raise ConfigError(f"batch: fn must be callable, got {type(fn).__name__}")
     profile = compose_config(overrides).cluster
-    plan = resolve_function(profile, name or getattr(fn, "__name__", "batch"))
+    plan = dataclasses.replace(resolve_function(profile, name or getattr(fn, "__name__", "batch")),
+                               gather_results=all_ranks)
     return submit_job(plan, payload=(fn, args, kwargs or {}))

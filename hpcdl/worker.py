@@ -27,8 +27,9 @@ from hpcdl.errors import FolderGoneError
 from hpcdl.host import end_own_job
 from hpcdl.plan import JobPlan
 from hpcdl.snapshot import run_from_snapshot
-from hpcdl.store.atomic import atomic_save, remove_stale_temporaries
-from hpcdl.store.files import FINAL, FUNCTION, FUNCTION_RESULT, MANIFEST, METRICS, RANKS_DONE, STATUS
+from hpcdl.store.atomic import atomic_save, make_folder, remove_stale_temporaries
+from hpcdl.store.files import (FINAL, FUNCTION, FUNCTION_RESULT, MANIFEST, METRICS, RANK_RESULTS, RANKS_DONE,
+                               STATUS)
 from hpcdl.store.folders import read_json
 from hpcdl.store.safety import check_store, load_pickle
 from hpcdl.train.stopping import STOP_SIGNAL, StopRequested, listen_for_stop
@@ -48,9 +49,13 @@ def _run_payload(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> None:
     else:
         fn, args, kwargs = load_pickle(folder, FUNCTION)
         result = fn(*args, **kwargs)
+    import cloudpickle
+
+    if plan.gather_results:
+        make_folder(folder / RANK_RESULTS)
+        atomic_save(folder / RANK_RESULTS / f"{global_rank()}.pkl", lambda out: cloudpickle.dump(result, out))
     if global_rank() != 0:
         return
-    import cloudpickle
 
     if result is not None or not (folder / FUNCTION_RESULT).exists():  # hpcdl.save_result's stays
         atomic_save(folder / FUNCTION_RESULT, lambda out: cloudpickle.dump(result, out))

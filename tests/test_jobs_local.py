@@ -69,6 +69,11 @@ def test_batch_with_two_tasks_runs_the_function_on_every_rank(store: Path, tmp_p
     assert (tmp_path / "rank1").read_text() == "2"
 
 
+def test_batch_with_all_ranks_returns_every_ranks_value_in_rank_order(store: Path, tmp_path: Path) -> None:
+    job = hpcdl.batch(note_rank, str(tmp_path), cluster="local", tasks_per_node=2, all_ranks=True)
+    assert job.result(timeout=120) == ["rank 0 of 2", "rank 1 of 2"]
+
+
 def test_failing_job_shows_failed_with_its_traceback(store: Path) -> None:
     job = hpcdl.batch(sleep_then_fail, 0.1, cluster="local")
     assert job.wait(timeout=120) == "FAILED"

@@ -32,5 +32,7 @@ RESULTS_DIR = "results"
 """User code's results folder (HPCDL_RESULTS_DIR on every rank), fetched with the job."""
 FUNCTION_RESULT = "result.pkl"
 """hpcdl.batch: the pickled return value."""
+RANK_RESULTS = "rank-results"
+"""hpcdl.batch(all_ranks=True): each rank's pickled return value, as N.pkl."""
 RESULTS = (MODEL, INFO, RESULT, METRICS, PLOT)
 """What jobs fetch copies of a training job."""

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from hpcdl.cluster import backend_for
 from hpcdl.errors import HpcdlError, JobFailedError
-from hpcdl.store.files import FUNCTION_RESULT, RESULT
+from hpcdl.store.files import FUNCTION_RESULT, RANK_RESULTS, RESULT
 from hpcdl.store.folders import DAMAGED, JobRecord, find, load_record, read_json
 from hpcdl.store.safety import load_pickle, read_job_file
 from hpcdl.store.states import resolve_states
@@ -122,6 +122,9 @@ class Job:
             raise JobFailedError(f"job {self.id} ended {state}: {self._record.reason}", self.error())
         if self.manifest["kind"] == "train":
             return read_json(self.folder / RESULT)
+        if self._record.plan.get("gather_results"):
+            return [load_pickle(self.folder, f"{RANK_RESULTS}/{rank}.pkl")
+                    for rank in range(self._record.plan["world_size"])]
         return load_pickle(self.folder, FUNCTION_RESULT)
 
     def __repr__(self) -> str:
