@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import subprocess
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from tests.conftest import job_folders
 from tests.test_slurm import _cli, _queue, slurm_cluster  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slurm
-SECRET = "hf_s3cr3t-value-0123456789"
+SECRET = "hf_" + secrets.token_hex(12)  # made at run time: no file of the code snapshot holds it
 
 
 def answer() -> int:
