@@ -138,6 +138,7 @@ def run_job(folder: str) -> None:
     run_from_snapshot(path, manifest)
     os.environ["HPCDL_JOB_FOLDER"] = str(path)
     os.environ.setdefault("HPCDL_COLLECTIVE_TIMEOUT_S", str(plan.cluster.collective_timeout_s))
+    os.environ["HPCDL_SIGNAL_DELAY_S"] = str(plan.cluster.signal_delay_s)
     launched_as_rank = any(name in os.environ for name in LAUNCHER_RANK_VARIABLES)
     first_process = plan.cluster.backend == "local" and not launched_as_rank
     if plan.world_size > 1 and first_process:

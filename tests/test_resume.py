@@ -64,3 +64,12 @@ def test_a_checkpoint_whose_save_did_not_finish_is_not_used(digits_root: Path, t
     resumed, _ = run(str(digits_root), str(checkpoints))
     assert "checkpoint-000000008.pt is damaged (it has no checksum" in capfd.readouterr().err
     _same_weights(straight[0], resumed)
+
+
+def test_a_checkpoint_slower_than_half_the_signals_lead_is_warned_of_once(digits_root: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          capfd: pytest.CaptureFixture) -> None:
+    monkeypatch.setenv("HPCDL_SIGNAL_DELAY_S", "0.000001")  # any save is slower than half of this
+    _, info = run(str(digits_root), str(tmp_path / "checkpoints"))
+    assert info.checkpoint_s > 0
+    assert capfd.readouterr().err.count("[hpcdl] warning: a checkpoint took") == 1

@@ -24,7 +24,7 @@ from hpcdl.train.device import choose_device
 from hpcdl.train.progress import Callback, Progress, TrainingInfo
 from hpcdl.train.schedule import learn_rate_at
 from hpcdl.train.settings import RunSettings, run_settings
-from hpcdl.train.stopping import StopRequested, stop_requested
+from hpcdl.train.stopping import StopRequested, stop_requested, warn_if_signal_too_late
 from hpcdl.train.validation import BestValidation
 from hpcdl.train.steps import (autocast, clip_gradients, correct_count, evaluate_totals, make_loss, make_optimizer,
                                validation_record)
@@ -198,8 +198,11 @@ def checkpoint(step: Step, state: RunState, progress: Progress, settings: RunSet
     progress.flush()
     if step.context.lead:
         device = next(step.model.parameters()).device
+        start = time.perf_counter()
         save_run(settings.checkpoint_path, state, progress.elapsed(), step.model, step.optimizer, step.scaler,
                  device, progress.info, step.options.checkpoint_keep)
+        progress.info.checkpoint_s = round(time.perf_counter() - start, 3)
+        warn_if_signal_too_late(progress.info.checkpoint_s)
     clock.saved()
 
 

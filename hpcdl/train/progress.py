@@ -53,6 +53,8 @@ class TrainingInfo:
     """Unreadable images skipped (data on_bad_file=skip)."""
     data_wait_s: float = 0.0
     """Seconds the loop waited for training batches."""
+    checkpoint_s: float = 0.0
+    """Seconds the last checkpoint took to save (to be compared with the signal's lead time)."""
     train_s: float = 0.0
     """Seconds of training (the loop, validation included)."""
     writer: bool = True

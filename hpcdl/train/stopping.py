@@ -8,7 +8,9 @@ turns into a requeue or a resumable stopped state.
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -36,6 +38,20 @@ def _note(_signum: int, _frame: Any) -> None:
 def listen_for_stop() -> None:
     """Note the stop signal from now on in this process (replacing, for instance, submitit's handler)."""
     signal.signal(STOP_SIGNAL, _note)
+
+
+_warned = threading.Event()
+
+
+def warn_if_signal_too_late(checkpoint_s: float) -> None:
+    """Warn once in the log when a checkpoint takes more than half the time the stop signal leaves
+    (HPCDL_SIGNAL_DELAY_S, set for jobs from the profile's signal_delay_s)."""
+    lead = float(os.environ.get("HPCDL_SIGNAL_DELAY_S", "0"))
+    if lead and checkpoint_s > lead / 2 and not _warned.is_set():
+        _warned.set()
+        print(f"[hpcdl] warning: a checkpoint took {checkpoint_s:.1f} s, more than half of the "
+              f"{lead:.0f} s the stop signal leaves before the time limit: raise cluster.signal_delay_s",
+              file=sys.stderr, flush=True)
 
 
 def stop_requested() -> bool:
