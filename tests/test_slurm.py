@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -135,13 +136,14 @@ def test_hostile_job_name_is_submitted_verbatim_and_runs_nothing(store: Path, tm
 
 
 def test_allow_listed_variables_travel_and_secrets_stay_out(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-123")
+    token = f"tok-{secrets.token_hex(8)}"  # made at run time: no file of the code snapshot holds it
+    monkeypatch.setenv("MY_SERVICE_TOKEN", token)
     monkeypatch.setenv("LANG", "C.UTF-8")
     job = hpcdl.batch(read_variables, "MY_SERVICE_TOKEN", "LANG", cluster="slurm", time="00:05:00")
     assert job.result(timeout=180) == [None, "C.UTF-8"]  # the allow-list travels, the token does not
     for path in job.folder.rglob("*"):
         if path.is_file():
-            assert b"tok-123" not in path.read_bytes(), path
+            assert token.encode() not in path.read_bytes(), path
 
 
 def test_dry_run_prints_the_sbatch_script_and_submits_nothing(store: Path) -> None:
