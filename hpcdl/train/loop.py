@@ -5,8 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-import time
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -15,10 +14,12 @@ from torch import nn
 from hpcdl.config import TrainingOptions
 from hpcdl.data.batches import as_dataset, classes_of
 from hpcdl.data.images import BadImageError
+from hpcdl.data.encoded import use_gpu_decode
 from hpcdl.data.loader import BatchLoader
 from hpcdl.distributed.context import DistContext, init_context
 from hpcdl.distributed.shares import global_batch, shares
 from hpcdl.errors import ConfigError
+from hpcdl.train.datawait import WaitClock
 from hpcdl.train.checkpoint import load_latest_checkpoint, save_checkpoint
 from hpcdl.train.device import choose_device
 from hpcdl.train.progress import Callback, Progress, TrainingInfo
@@ -164,22 +165,9 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
         return result
 
     loader = BatchLoader(train_set, device, memory_format, options.dispatch_in_background, options.num_workers,
-                         options.prefetch_factor)
-
-    last_wait = [0.0]
-
-    def timed(batches: Iterator[Any]) -> Iterator[Any]:
-        """The batches on the device, noting the time the loop waited for each host batch (not the copy,
-        whose launch may wait for the GPU) in last_wait and info.data_wait_s."""
-        end = object()
-        while True:
-            start = time.perf_counter()
-            batch = next(batches, end)
-            last_wait[0] = time.perf_counter() - start
-            info.data_wait_s += last_wait[0]
-            if batch is end:
-                return
-            yield loader.to_device(batch)
+                         options.prefetch_factor, gpu_decode=use_gpu_decode(options.gpu_decode, train_set, device),
+                         device_prefetch=options.device_prefetch)
+    clock = WaitClock(device)
 
     every_iterations = options.checkpoint_path and options.checkpoint_frequency_unit == "iteration"
     every_epochs = options.checkpoint_path and options.checkpoint_frequency_unit == "epoch"
@@ -188,7 +176,7 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
     for epoch in range(iteration // per_epoch, options.max_epochs):
         chunks, totals = epoch_chunks(epoch_order(options, len(train_set), epoch, shuffle_seed), batch, context)
         skip = iteration - epoch * per_epoch  # batches already done before a resume
-        for loaded, total in zip(timed(loader.host_batches(chunks[skip:], epoch)), totals[skip:]):
+        for (loaded, wait), total in zip(clock.timed(loader.epoch(chunks[skip:], epoch)), totals[skip:]):
             if loaded is None:  # every file of this batch was unreadable and skipped
                 if context.distributed:
                     raise BadImageError("a whole mini-batch of unreadable images: the other workers would wait")
@@ -210,8 +198,7 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
             scaler.step(optimizer)
             scaler.update()
             iteration += 1
-            progress.step(epoch + 1, iteration, learn_rate, loss, correct_count(out, y, classification), len(y),
-                          last_wait[0])
+            progress.step(epoch + 1, iteration, learn_rate, loss, correct_count(out, y, classification), len(y), wait)
             due = val_set is not None and iteration % options.validation_frequency == 0
             stop = progress.end_iteration(validate(epoch + 1) if due else None)
             if callbacks and context.distributed:
@@ -234,6 +221,8 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
         progress.add_validation(validate(min(iteration // per_epoch + 1, options.max_epochs)))
     if best_weights is not None:
         model.load_state_dict(best_weights)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # train_s ends when the device has finished, not when the host has
     info.skipped_files, info.train_s = loader.skipped, progress.elapsed() - elapsed_before
     progress.finish(reason)
     forward = wrapped = loader = None  # DDP and the workers go before their process group (else an abort at exit)
