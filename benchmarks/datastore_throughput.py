@@ -24,6 +24,7 @@ from PIL import Image
 from hpcdl import ImageDatastore, TrainingOptions, build_model, train_network
 from common import write_result  # benchmarks/common.py
 from hpcdl.data.augment import AugmentedImageDatastore
+from hpcdl.data.encoded import use_gpu_decode
 from hpcdl.data.loader import BatchLoader
 
 
@@ -42,7 +43,8 @@ def hpcdl_epochs(root: Path, args: argparse.Namespace, device: torch.device) -> 
     store = AugmentedImageDatastore(ImageDatastore(root, channels=3), [args.crop, args.crop], crop="random",
                                     random_x_reflection=True)
     loader = BatchLoader(store, device, torch.contiguous_format, background=True, workers=args.workers,
-                         prefetch=args.prefetch)
+                         prefetch=args.prefetch, gpu_decode=use_gpu_decode(args.gpu_decode, store, device),
+                         device_prefetch=2)
     generator = torch.Generator().manual_seed(0)
     seen, start = 0, 0.0
     for epoch in range(args.epochs + 1):  # the first epoch starts the workers
@@ -51,6 +53,8 @@ def hpcdl_epochs(root: Path, args: argparse.Namespace, device: torch.device) -> 
         chunks = torch.randperm(len(store), generator=generator).split(args.batch)
         for x, _ in loader.epoch(chunks, epoch):
             seen += len(x) if epoch else 0
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     return seen / (time.perf_counter() - start)
 
 
@@ -58,7 +62,7 @@ def torchvision_epochs(root: Path, args: argparse.Namespace, device: torch.devic
     from torchvision import datasets, transforms
 
     transform = transforms.Compose([transforms.RandomCrop(args.crop), transforms.RandomHorizontalFlip(),
-                                    transforms.ToTensor()])
+                                    transforms.PILToTensor()])  # uint8 from the workers, as hpcdl ships
     data = datasets.ImageFolder(str(root), transform=transform)
     loader = torch.utils.data.DataLoader(data, batch_size=args.batch, shuffle=True, num_workers=args.workers,
                                          pin_memory=device.type == "cuda", prefetch_factor=args.prefetch,
@@ -67,8 +71,8 @@ def torchvision_epochs(root: Path, args: argparse.Namespace, device: torch.devic
     for epoch in range(args.epochs + 1):
         if epoch == 1:
             start = time.perf_counter()
-        for x, _ in loader:
-            x = x.to(device, non_blocking=True)
+        for x, _ in loader:  # the same float32 [0, 1] batch on the device as hpcdl gives
+            x = x.to(device, non_blocking=True).to(torch.float32).div_(255.0)
             seen += len(x) if epoch else 0
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -80,7 +84,7 @@ def data_wait_share(root: Path, args: argparse.Namespace, device: torch.device) 
                                     random_x_reflection=True)
     model = build_model(args.model, in_channels=3, num_classes=len(store.classes), width=args.width)
     options = TrainingOptions(max_epochs=args.epochs + 1, mini_batch_size=args.batch, verbose=False,
-                              dispatch_in_background=True, num_workers=args.workers,
+                              dispatch_in_background=True, num_workers=args.workers, gpu_decode=args.gpu_decode,
                               prefetch_factor=args.prefetch, channels_last=True,
                               execution_environment="gpu" if device.type == "cuda" else "cpu")
     _, info = train_network(store, model, options, callbacks=[lambda record: False])  # one record per step
@@ -100,6 +104,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--gpu-decode", default="auto", choices=["auto", "on", "off"])
     parser.add_argument("--model", default="small_cnn", help="the network trained for the data-wait share")
     parser.add_argument("--width", type=int, default=16)
     parser.add_argument("--out", default="benchmarks/results/datastore_throughput.json")
@@ -120,6 +125,7 @@ def main() -> None:
             for name in names:
                 rates[name].append((hpcdl_epochs if name == "hpcdl" else torchvision_epochs)(root, args, device))
         result.update({f"{k}_images_per_s": statistics.median(v) for k, v in rates.items()})
+        result.update({f"{k}_spread_images_per_s": [min(v), max(v)] for k, v in rates.items()})
         if "torchvision" in rates:
             result["ratio"] = result["hpcdl_images_per_s"] / result["torchvision_images_per_s"]
         result["data_wait_share"] = data_wait_share(root, args, device)

@@ -232,3 +232,81 @@ def test_augmented_datastore_follows_the_config_rules_from_python(tree: Path) ->
         AugmentedImageDatastore(store, [12, 12], rotation=(10, 5))
     with pytest.raises(ConfigError, match=r"data.augmentation.brightness: must be in \[0, 1\)"):
         AugmentedImageDatastore(store, [12, 12], brightness=2)
+
+
+def test_resized_jpeg_is_decoded_at_a_reduced_scale_no_smaller_than_the_output(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (400, 300, 3), dtype=np.uint8)).save(tmp_path / "a" / "0.jpg")
+    store = ImageDatastore(tmp_path, channels=3)
+    assert store.read(0).shape == (400, 300, 3)
+    assert store.read(0, draft=(90, 60)).shape == (100, 75, 3)  # DCT scaling by 4: not below the output
+    resized = AugmentedImageDatastore(store, [90, 60])
+    assert resized.draft == (90, 60) and AugmentedImageDatastore(store, [90, 60], crop="random").draft is None
+    assert resized[0][0].shape == (3, 90, 60)
+
+
+def _pil_as_nvjpeg(files, channels, device):  # noqa: ANN001, ANN202 - stands in for hpcdl.data.encoded.nvjpeg
+    import io
+
+    from hpcdl.data.images import MODES, as_chw
+
+    return [as_chw(np.array(Image.open(io.BytesIO(f.numpy().tobytes())).convert(MODES[channels]))).to(device)
+            for f in files]
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_encoded_path_gives_the_batches_of_the_decoding_workers(tree: Path, background: bool,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers shipping bytes (PNG, BMP, TIFF decoded by them) and one batched decode: the same batches."""
+    monkeypatch.setattr("hpcdl.data.encoded.nvjpeg", _pil_as_nvjpeg)
+    store = AugmentedImageDatastore(ImageDatastore(tree, channels=3), [12, 12], crop="random",
+                                    random_x_reflection=True, rotation=[-10, 10], brightness=0.2, seed=3)
+    chunks = [torch.tensor([0, 4, 8, 1]), torch.tensor([2, 3, 5, 6, 7])]
+    batches = []
+    for encoded in (False, True):
+        loader = BatchLoader(store, torch.device("cpu"), torch.channels_last, background, workers=1,
+                             gpu_decode=encoded)
+        batches.append(list(loader.epoch(chunks, 2)))
+    for (x, y), (x2, y2) in zip(*batches):
+        assert x2.dtype == torch.float32 and x2.is_contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(x2, x, rtol=0, atol=0)
+        assert torch.equal(y2, y)
+
+
+def test_encoded_path_names_a_corrupt_jpeg_and_falls_back_per_file(tree: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    refused = str(tree / "c" / "0.jpeg")
+
+    def picky(files, channels, device):  # noqa: ANN001, ANN202 - nvJPEG refusing one file fails the batch
+        if any(f.numpy().tobytes() == Path(refused).read_bytes() for f in files):
+            raise RuntimeError("Error while decoding JPEG images")
+        return _pil_as_nvjpeg(files, channels, device)
+
+    monkeypatch.setattr("hpcdl.data.encoded.nvjpeg", picky)
+    store = AugmentedImageDatastore(ImageDatastore(tree, channels=3), [12, 12], crop="center")
+    loader = BatchLoader(store, torch.device("cpu"), torch.contiguous_format, gpu_decode=True)
+    everything = torch.arange(len(store))
+    (x, _), = loader.epoch([everything], 0)  # the refused file is decoded on the CPU
+    (expected, _), = BatchLoader(store, torch.device("cpu"), torch.contiguous_format).epoch([everything], 0)
+    torch.testing.assert_close(x, expected, rtol=0, atol=0)
+    bad = tree / "a" / "1.jpg"
+    bad.write_bytes(bad.read_bytes()[:200])  # cut short
+    with pytest.raises(BadImageError, match=f"cannot read image {bad}"):
+        list(loader.epoch([everything], 0))
+
+
+def test_data_wait_counts_the_time_spent_getting_batches(blobs) -> None:
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 32
+
+        def __getitem__(self, index: int):  # noqa: ANN204 - Dataset protocol
+            time.sleep(0.005)
+            return blobs[0][index], blobs[1][index]
+
+    model = torch.nn.Linear(blobs[0].shape[1], int(blobs[1].max()) + 1)
+    options = TrainingOptions(max_epochs=2, mini_batch_size=8, verbose=False, execution_environment="cpu")
+    _, info = train_network(Slow(), model, options)
+    assert info.data_wait_s >= 64 * 0.005
+    assert sum(r["data_wait_s"] for r in info.history) == pytest.approx(info.data_wait_s, abs=1e-4)
+    assert info.data_wait_share > 0.5

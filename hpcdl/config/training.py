@@ -21,6 +21,7 @@ FREQUENCY_UNITS = ("epoch", "iteration", "minute")
 BATCH_SCALINGS = ("global", "per_worker")
 LR_SCALINGS = ("none", "linear", "sqrt")
 COMMS = ("torch", "mpi")
+GPU_DECODES = ("auto", "on", "off")
 
 DEFAULT_LEARN_RATE = {"sgdm": 0.01, "adam": 0.001, "rmsprop": 0.001}
 DEFAULT_SQUARED_GRADIENT_DECAY = {"sgdm": 0.0, "adam": 0.999, "rmsprop": 0.9}
@@ -104,6 +105,11 @@ class TrainingOptions:
     """Background workers; null: the CPUs Slurm gives the task (SLURM_CPUS_PER_TASK) less one."""
     prefetch_factor: int = 2
     """Batches each background worker prepares ahead, >= 1."""
+    gpu_decode: str = "auto"
+    """Decode JPEG files on the GPU (nvJPEG, batched), then crop, flip and augment there; workers only read bytes.
+    auto: on when training on a GPU from an augmented datastore of mostly JPEG files; on; off (decode on the CPU)."""
+    device_prefetch: int = 2
+    """Batches copied, decoded and augmented on a side CUDA stream ahead of the step, >= 0 (0: on the step's stream)."""
     comm: str = "torch"
     """Gradient all-reduce: torch (DDP over NCCL or gloo) or mpi (mpi4py, bucketed and overlapped with backward)."""
     precision: str = "float32"
@@ -131,9 +137,11 @@ class TrainingOptions:
             ("batch_scaling", BATCH_SCALINGS),
             ("lr_scaling", LR_SCALINGS),
             ("comm", COMMS),
+            ("gpu_decode", GPU_DECODES),
         ):
             require_choice(self, name, allowed)
         require(self, "num_workers", self.num_workers is None or self.num_workers >= 0, ">= 0 or null")
+        require(self, "device_prefetch", self.device_prefetch >= 0, ">= 0")
         for name in ("max_epochs", "mini_batch_size", "validation_frequency", "verbose_frequency",
                      "checkpoint_frequency", "checkpoint_keep", "learn_rate_drop_period", "prefetch_factor"):
             require(self, name, getattr(self, name) >= 1, "a positive integer")

@@ -4,11 +4,13 @@ Each item's random draws come from a generator seeded by (seed, epoch, index),
 so a run repeats exactly, a resumed run sees the same images, and background
 workers need no shared random state. Geometry (reflection, rotation, scale,
 translation, shear) is one affine resampling; crops and resizes come first.
+``augment`` works on a batch on any device: a worker calls it on one image
+decoded on the CPU, the GPU path on a whole batch decoded by nvJPEG, with the
+same draws and so the same crops and flips.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional, Sequence
 
 import torch
@@ -16,8 +18,12 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 
 from hpcdl.config.data import AugmentationConfig
+from hpcdl.data.batches import pinned_to
 
 RANGES = ("rotation", "scale", "x_translation", "y_translation", "shear")
+DRAWS = 12
+"""Uniform numbers drawn per image, by position: crop top, crop left, x flip, y flip, rotation, scale, shear,
+x translation, y translation, brightness, contrast, saturation (each used only where configured)."""
 
 
 class AugmentedImageDatastore(Dataset):
@@ -79,32 +85,43 @@ class AugmentedImageDatastore(Dataset):
 
     def __getitem__(self, key: Any) -> Optional[tuple[torch.Tensor, int]]:
         index, epoch = key if isinstance(key, tuple) else (key, 0)
-        item = self.store[index]
+        item = self.store.item(index, self.draft) if hasattr(self.store, "item") else self.store[index]
         if item is None:  # a bad file skipped by the store
             return None
         image, label = item
+        return self.augment([image], self.draws(index, epoch)[None])[0], label
+
+    @property
+    def draft(self) -> Optional[tuple[int, int]]:
+        """The size a reader may decode down to (JPEG DCT scaling): the output size when images are resized."""
+        return self.output_size if self.crop == "resize" else None
+
+    def draws(self, index: int, epoch: int) -> torch.Tensor:
+        """Image ``index``'s DRAWS uniform numbers in [0, 1) for ``epoch``, from (seed, epoch, index) alone."""
         generator = torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) * 10_000_019 + index)
-        return self.augment(image, generator), label
+        return torch.rand(DRAWS, generator=generator, dtype=torch.float64)
 
-    def augment(self, image: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """One uint8 CxHxW image, cropped or resized to output_size, then transformed as configured."""
-        uniform = lambda low, high: low + (high - low) * torch.rand((), generator=generator).item()  # noqa: E731
-        image = self._fit(image, uniform)
-        flip_x = self.reflect[0] and uniform(0, 1) < 0.5
-        flip_y = self.reflect[1] and uniform(0, 1) < 0.5
-        matrix = self._affine(uniform, flip_x, flip_y)
-        if matrix is None:  # reflections alone are exact index flips
-            dims = [d for d, flip in ((-1, flip_x), (-2, flip_y)) if flip]
-            image = image.flip(dims) if dims else image
+    def augment(self, images: Sequence[torch.Tensor], draws: torch.Tensor) -> torch.Tensor:
+        """uint8 CxHxW images (any sizes, one device) and their draws (on the CPU) as one uint8 BxCxhxw batch,
+        cropped or resized to output_size, then transformed as configured."""
+        device = images[0].device
+        x = torch.stack([self._fit(image, u) for image, u in zip(images, draws.tolist())])
+        flip = draws[:, 2:4] < 0.5
+        flip &= torch.tensor(self.reflect)
+        matrices = self._affine(draws, flip)
+        if matrices is None:  # reflections alone are exact index flips
+            for dim, column in ((-1, flip[:, 0]), (-2, flip[:, 1])):
+                if column.any():
+                    x = torch.where(pinned_to(column, device)[:, None, None, None], x.flip(dim), x)
         else:
-            grid = F.affine_grid(matrix.unsqueeze(0), [1, *image.shape], align_corners=False)
-            image = F.grid_sample(image.unsqueeze(0).float(), grid, mode="bilinear", padding_mode="zeros",
-                                  align_corners=False)[0].round_().clamp_(0, 255).to(torch.uint8)
+            grid = F.affine_grid(pinned_to(matrices, device), list(x.shape), align_corners=False)
+            x = F.grid_sample(x.float(), grid, mode="bilinear", padding_mode="zeros",
+                              align_corners=False).round_().clamp_(0, 255).to(torch.uint8)
         if any(self.jitter):
-            image = self._colour(image, uniform)
-        return image
+            x = self._colour(x, draws)
+        return x
 
-    def _fit(self, image: torch.Tensor, uniform: Any) -> torch.Tensor:
+    def _fit(self, image: torch.Tensor, u: Sequence[float]) -> torch.Tensor:
         height, width = self.output_size
         h, w = image.shape[-2:]
         if self.crop == "resize" or h < height or w < width:
@@ -115,34 +132,43 @@ class AugmentedImageDatastore(Dataset):
         if self.crop == "center":
             top, left = (h - height) // 2, (w - width) // 2
         else:
-            top, left = int(uniform(0, h - height + 1 - 1e-9)), int(uniform(0, w - width + 1 - 1e-9))
+            top, left = int(u[0] * (h - height + 1 - 1e-9)), int(u[1] * (w - width + 1 - 1e-9))
         return image[:, top:top + height, left:left + width]
 
-    def _affine(self, uniform: Any, flip_x: bool, flip_y: bool) -> Optional[torch.Tensor]:
-        """The 2x3 sampling matrix (output to input, normalised coordinates); None when only flips remain."""
-        angle = math.radians(uniform(*self.rotation)) if self.rotation else 0.0
-        zoom = uniform(*self.scale) if self.scale else 1.0
-        shear = math.radians(uniform(*self.shear)) if self.shear else 0.0
-        height, width = self.output_size
-        tx = uniform(*self.translation[0]) * 2 / width if self.translation[0] else 0.0
-        ty = uniform(*self.translation[1]) * 2 / height if self.translation[1] else 0.0
-        if not (angle or zoom != 1.0 or shear or tx or ty):
+    def _affine(self, draws: torch.Tensor, flip: torch.Tensor) -> Optional[torch.Tensor]:
+        """Bx2x3 sampling matrices (output to input, normalised coordinates); None when only flips are set."""
+        if not (self.rotation or self.scale or self.shear or any(self.translation)):
             return None
-        cos, sin = math.cos(angle), math.sin(angle)
-        forward = torch.tensor([[zoom * cos, zoom * (-sin + math.tan(shear) * cos), tx],
-                                [zoom * sin, zoom * (cos + math.tan(shear) * sin), ty],
-                                [0.0, 0.0, 1.0]])
-        flip = torch.diag(torch.tensor([-1.0 if flip_x else 1.0, -1.0 if flip_y else 1.0, 1.0]))
-        return torch.linalg.inv(forward @ flip)[:2]
+        angle = _between(self.rotation, draws[:, 4], 0.0).deg2rad()
+        zoom = _between(self.scale, draws[:, 5], 1.0)
+        shear = _between(self.shear, draws[:, 6], 0.0).deg2rad()
+        height, width = self.output_size
+        tx = _between(self.translation[0], draws[:, 7], 0.0) * 2 / width
+        ty = _between(self.translation[1], draws[:, 8], 0.0) * 2 / height
+        cos, sin, tan = angle.cos(), angle.sin(), shear.tan()
+        forward = torch.zeros(len(draws), 3, 3, dtype=torch.float64)
+        forward[:, 0, 0], forward[:, 0, 1], forward[:, 0, 2] = zoom * cos, zoom * (-sin + tan * cos), tx
+        forward[:, 1, 0], forward[:, 1, 1], forward[:, 1, 2] = zoom * sin, zoom * (cos + tan * sin), ty
+        forward[:, 2, 2] = 1.0
+        mirror = torch.diag_embed(torch.cat([1.0 - 2.0 * flip.double(), torch.ones(len(draws), 1)], dim=1))
+        return torch.linalg.inv(forward @ mirror)[:, :2].float()
 
-    def _colour(self, image: torch.Tensor, uniform: Any) -> torch.Tensor:
+    def _colour(self, image: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
         brightness, contrast, saturation = self.jitter
         x = image.float()
+        factor = lambda amount, u: pinned_to(1 - amount + 2 * amount * u, x.device).float()[:, None, None, None]  # noqa: E731
         if brightness:
-            x = x * uniform(1 - brightness, 1 + brightness)
+            x = x * factor(brightness, draws[:, 9])
         if contrast:
-            x = (x - x.mean()) * uniform(1 - contrast, 1 + contrast) + x.mean()
-        if saturation and x.shape[0] == 3:
-            grey = (0.299 * x[0] + 0.587 * x[1] + 0.114 * x[2]).unsqueeze(0)
-            x = (x - grey) * uniform(1 - saturation, 1 + saturation) + grey
+            mean = x.mean(dim=(1, 2, 3), keepdim=True)
+            x = (x - mean) * factor(contrast, draws[:, 10]) + mean
+        if saturation and x.shape[1] == 3:
+            grey = (0.299 * x[:, 0] + 0.587 * x[:, 1] + 0.114 * x[:, 2]).unsqueeze(1)
+            x = (x - grey) * factor(saturation, draws[:, 11]) + grey
         return x.round_().clamp_(0, 255).to(torch.uint8)
+
+
+def _between(bounds: Optional[tuple[float, float]], u: torch.Tensor, default: float) -> torch.Tensor:
+    """low + (high - low) * u, or ``default`` everywhere when the range is not set."""
+    return bounds[0] + (bounds[1] - bounds[0]) * u if bounds else torch.full_like(u, default)
+

@@ -88,33 +88,51 @@ class ImageDatastore(Dataset):
         if getattr(self.fs, "async_impl", False):
             self.fs = type(self.fs)(**self.fs.storage_options, skip_instance_cache=True)
 
-    def read(self, index: int) -> Optional[np.ndarray]:
-        """The decoded HxWxC (or HxW) uint8 array of image ``index``; None for a bad file when skipping."""
+    def read_bytes(self, index: int) -> Optional[bytes]:
+        """The undecoded file of image ``index``; None for an unreadable file when skipping."""
         path = self.paths[index]
         try:
             with (open(path, "rb") if self.local else self.fs.open(path, "rb")) as f:  # local: no fsspec layer
-                data = f.read()
+                return f.read()
+        except OSError as e:
+            return self._bad(path, e)
+
+    def decode(self, index: int, data: bytes, draft: Optional[Sequence[int]] = None) -> Optional[np.ndarray]:
+        """Image ``index``'s file ``data`` as an HxWxC (or HxW) uint8 array, at image_size if set.
+
+        ``draft`` ([height, width]) lets a JPEG decode at a reduced scale (DCT scaling) that stays at least
+        that large; None for a bad file when skipping.
+        """
+        size = self.image_size or draft
+        try:
             with Image.open(io.BytesIO(data)) as image:
-                if self.image_size and image.format == "JPEG":
-                    image.draft(MODES[self.channels], (self.image_size[1], self.image_size[0]))
+                if size and image.format == "JPEG":
+                    image.draft(MODES[self.channels], (size[1], size[0]))
                 image = image.convert(MODES[self.channels])  # decodes everything: truncation shows here
                 if self.image_size and image.size != (self.image_size[1], self.image_size[0]):
                     image = image.resize((self.image_size[1], self.image_size[0]), Image.BILINEAR)
                 return np.array(image, dtype=np.uint8)  # a writable copy for torch
         except (OSError, ValueError, Image.DecompressionBombError) as e:
-            if self.on_bad_file == "skip":
-                warnings.warn(f"skipping unreadable image {path}: {e}", stacklevel=2)
-                return None
-            raise BadImageError(f"cannot read image {path}: {e}") from e
+            return self._bad(self.paths[index], e)
+
+    def _bad(self, path: str, error: Exception) -> None:
+        if self.on_bad_file == "skip":
+            warnings.warn(f"skipping unreadable image {path}: {error}", stacklevel=3)
+            return None
+        raise BadImageError(f"cannot read image {path}: {error}") from error
+
+    def read(self, index: int, draft: Optional[Sequence[int]] = None) -> Optional[np.ndarray]:
+        """The decoded HxWxC (or HxW) uint8 array of image ``index``; None for a bad file when skipping."""
+        data = self.read_bytes(index)
+        return None if data is None else self.decode(index, data, draft)
+
+    def item(self, index: int, draft: Optional[Sequence[int]] = None) -> Optional[tuple[torch.Tensor, int]]:
+        """(uint8 CxHxW tensor, label index) of image ``index``, decoded no smaller than ``draft``."""
+        array = self.read(index, draft)
+        return None if array is None else (as_chw(array), int(self.labels[index]))
 
     def __getitem__(self, key: Any) -> Optional[tuple[torch.Tensor, int]]:
-        index = key[0] if isinstance(key, tuple) else key
-        array = self.read(index)
-        if array is None:
-            return None
-        tensor = torch.from_numpy(array)
-        tensor = tensor.unsqueeze(0) if tensor.ndim == 2 else tensor.permute(2, 0, 1).contiguous()
-        return tensor, int(self.labels[index])
+        return self.item(key[0] if isinstance(key, tuple) else key)
 
     def count_per_label(self) -> dict[str, int]:
         """Number of images of each label."""
@@ -148,6 +166,12 @@ class ImageDatastore(Dataset):
             second += members[:cut].tolist()
             first += members[cut:].tolist()
         return self.subset(sorted(first)), self.subset(sorted(second))
+
+
+def as_chw(array: np.ndarray) -> torch.Tensor:
+    """A decoded HxWxC (or HxW) uint8 array as a contiguous CxHxW tensor."""
+    tensor = torch.from_numpy(array)
+    return tensor.unsqueeze(0) if tensor.ndim == 2 else tensor.permute(2, 0, 1).contiguous()
 
 
 def image_datastore(name: str = "digits", root: Optional[str] = None, image_size: Optional[Sequence[int]] = None,

@@ -2,9 +2,12 @@
 
 With ``dispatch_in_background`` worker processes read, decode and augment ahead
 of the loop into pinned memory, ``prefetch_factor`` batches each, and persist
-across epochs. Each item is asked for as (index, epoch) where the datastore
-accepts it, so augmentation repeats exactly. Bad files skipped by a datastore
-come back as None and are dropped from their batch and counted.
+across epochs. With GPU decoding they only read the files, and the GPU decodes
+and augments (hpcdl.data.encoded). Each item is asked for as (index, epoch)
+where the datastore accepts it, so augmentation repeats exactly. On a GPU the
+copy, layout and dtype conversion (and the decoding) run on a side stream,
+``device_prefetch`` batches ahead (hpcdl.data.prefetch). Bad files skipped by a
+datastore come back as None and are dropped from their batch and counted.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data._utils.collate import default_collate
 
-from hpcdl.data.batches import Batch, TensorPair, to_device
+from hpcdl.data.batches import Batch, TensorPair, pinned_to, to_device
+from hpcdl.data.encoded import EncodedItems, collate_encoded, decode_on_device
+from hpcdl.data.prefetch import prefetched
 
 
 def default_workers() -> int:
@@ -63,34 +68,48 @@ class BatchLoader:
     """One loader for a whole run: ``epoch(chunks, epoch)`` yields the batches of those index chunks."""
 
     def __init__(self, data: Dataset, device: torch.device, memory_format: torch.memory_format,
-                 background: bool = False, workers: Optional[int] = None, prefetch: int = 2, seed: int = 0) -> None:
+                 background: bool = False, workers: Optional[int] = None, prefetch: int = 2, seed: int = 0, *,
+                 gpu_decode: bool = False, device_prefetch: int = 0) -> None:
         self.data, self.device, self.memory_format = data, device, memory_format
+        self.gpu_decode, self.device_prefetch = gpu_decode, device_prefetch
         self.skipped = 0
         self.sampler = EpochBatches(getattr(data, "accepts_epoch", False))
         self.loader: Optional[DataLoader] = None
         if not isinstance(data, TensorPair):
             count = (workers if workers is not None else default_workers()) if background else 0
-            self.loader = DataLoader(data, batch_sampler=self.sampler, num_workers=count,
-                                     collate_fn=collate_skipping, pin_memory=device.type == "cuda",
-                                     prefetch_factor=prefetch if count else None, persistent_workers=count > 0,
-                                     worker_init_fn=_reopen_in_worker if count else None,
+            self.loader = DataLoader(EncodedItems(data) if gpu_decode else data, batch_sampler=self.sampler,
+                                     num_workers=count, collate_fn=collate_encoded if gpu_decode else collate_skipping,
+                                     pin_memory=device.type == "cuda", prefetch_factor=prefetch if count else None,
+                                     persistent_workers=count > 0, worker_init_fn=_reopen_in_worker if count else None,
                                      # the workers' seeds come from here, not from the generator dropout draws on
                                      generator=torch.Generator().manual_seed(seed))
 
-    def host_batches(self, chunks: Sequence[torch.Tensor], epoch: int) -> Iterator[Optional[Batch]]:
-        """The batches of ``chunks`` in order, in host memory; None for a batch whose every file was skipped."""
+    def host_batches(self, chunks: Sequence[torch.Tensor], epoch: int) -> Iterator[Any]:
+        """The batches of ``chunks`` in order, in host memory (encoded with GPU decoding); None for a batch
+        whose every file was skipped. Tensors already on the GPU are gathered there, without a host wait."""
         if self.loader is None:
+            x, y = self.data.x, self.data.y
             for index in chunks:
-                yield self.data.x[index], self.data.y[index]
+                yield x[pinned_to(index, x.device)], y[pinned_to(index, y.device)]
             return
         self.sampler.set(chunks, epoch)
-        for x, y, skipped in self.loader:
+        for batch in self.loader:
+            if self.gpu_decode:
+                yield batch
+                continue
+            x, y, skipped = batch
             self.skipped += skipped
             yield (x, y) if len(y) else None
 
-    def to_device(self, batch: Optional[Batch]) -> Optional[Batch]:
-        """A host batch on the device (float32 images in [0, 1])."""
-        return None if batch is None else to_device(*batch, self.device, self.memory_format)
+    def to_device(self, batch: Any) -> Optional[Batch]:
+        """A host batch on the device (float32 images in [0, 1]; decoded and augmented there if encoded)."""
+        if batch is None:
+            return None
+        if not self.gpu_decode:
+            return to_device(*batch, self.device, self.memory_format)
+        ready, skipped = decode_on_device(batch, self.data, self.device, self.memory_format)
+        self.skipped += skipped
+        return ready
 
     def close(self) -> None:
         """Stop the background workers now, as Lightning does (persistent workers otherwise live as long as
@@ -102,4 +121,8 @@ class BatchLoader:
 
     def epoch(self, chunks: Sequence[torch.Tensor], epoch: int) -> Iterator[Optional[Batch]]:
         """The batches of ``chunks`` in order, on the device; None for a batch whose every file was skipped."""
-        return (self.to_device(batch) for batch in self.host_batches(chunks, epoch))
+        batches = self.host_batches(chunks, epoch)
+        if self.device_prefetch and self.device.type == "cuda" and self.loader is not None:
+            return prefetched(batches, self.to_device, self.device, self.device_prefetch)
+        return (self.to_device(batch) for batch in batches)
+

@@ -6,7 +6,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator, Optional, Sequence
+from typing import Any, Callable, ContextManager, Optional, Sequence
 
 import numpy as np
 import torch
@@ -15,11 +15,13 @@ from torch import nn
 from hpcdl.config import TrainingOptions
 from hpcdl.data.batches import as_dataset, classes_of
 from hpcdl.data.images import BadImageError
+from hpcdl.data.encoded import use_gpu_decode
 from hpcdl.data.loader import BatchLoader
 from hpcdl.distributed.context import DistContext, init_context
 from hpcdl.distributed.shares import shares
 from hpcdl.errors import ConfigError
 from hpcdl.train.checkpoint import CheckpointClock, RunState, restore_run, save_run
+from hpcdl.train.datawait import WaitClock
 from hpcdl.train.device import choose_device
 from hpcdl.train.progress import Callback, Progress, TrainingInfo
 from hpcdl.train.schedule import learn_rate_at
@@ -115,22 +117,6 @@ def make_step(model: nn.Module, options: TrainingOptions, learn_rate: float, con
                 loss_fn=make_loss(options), cast=autocast(options, device), context=context, options=options)
 
 
-_END = object()
-
-
-def timed_batches(batches: Iterator[Any], loader: BatchLoader, info: TrainingInfo) -> Iterator[tuple[Any, float]]:
-    """Each batch on the device with the seconds the loop waited for it on the host (added to
-    info.data_wait_s; the copy is not counted, as its launch may wait for the device)."""
-    while True:
-        start = time.perf_counter()
-        batch = next(batches, _END)
-        waited = time.perf_counter() - start
-        info.data_wait_s += waited
-        if batch is _END:
-            return
-        yield loader.to_device(batch), waited
-
-
 class Validation:
     """Validation of the run's model on this rank's share of the validation data, summed over ranks."""
 
@@ -157,14 +143,15 @@ class Validation:
 def run_epochs(step: Step, loader: BatchLoader, validation: Validation, progress: Progress, state: RunState,
                settings: RunSettings, train_size: int, per_epoch: int) -> str:
     """Train from ``state`` to the end (or an early stop); returns why training stopped."""
-    options, context, info = step.options, step.context, progress.info
+    options, context = step.options, step.context
     clock = CheckpointClock(options.checkpoint_frequency_unit if settings.checkpoint_path else None,
                             options.checkpoint_frequency)
+    waits = WaitClock(loader.device)
     for epoch in range(state.iteration // per_epoch, options.max_epochs):
         order = epoch_order(options, train_size, epoch, state.shuffle_seed)
         chunks, totals = epoch_chunks(order, settings.global_batch, context)
         skip = state.iteration - epoch * per_epoch  # batches done before a resume
-        batches = timed_batches(loader.host_batches(chunks[skip:], epoch), loader, info)
+        batches = waits.timed(loader.epoch(chunks[skip:], epoch))
         for (loaded, waited), total in zip(batches, totals[skip:]):
             if loaded is None:  # every file of this batch was unreadable and skipped
                 if context.distributed:
@@ -248,7 +235,9 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
                   flush=True)
         progress = Progress(options, settings, info, callbacks, state.elapsed_before)
         loader = BatchLoader(train_set, device, memory_format, options.dispatch_in_background,
-                             options.num_workers, options.prefetch_factor, state.shuffle_seed)
+                             options.num_workers, options.prefetch_factor, state.shuffle_seed,
+                             gpu_decode=use_gpu_decode(options.gpu_decode, train_set, device),
+                             device_prefetch=options.device_prefetch)
         validation = Validation(val_set, step, options, device, memory_format)
         model.train()
         reason = run_epochs(step, loader, validation, progress, state, settings, len(train_set), per_epoch)
@@ -258,6 +247,8 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
             progress.add_validation(validation(min(state.iteration // per_epoch + 1, options.max_epochs), state))
         if state.best.weights is not None:
             model.load_state_dict(state.best.weights)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # train_s ends when the device has finished, not when the host has
         info.skipped_files, info.train_s = loader.skipped, progress.elapsed() - state.elapsed_before
         progress.finish(reason)
         failed = False

@@ -1,7 +1,9 @@
 """Training progress as MATLAB shows it: a verbose table, a metrics file, a progress plot, callbacks.
 
-Step losses stay on the device until a row, a callback or a batch of records
-needs them, so the hot loop does not wait for the GPU on every iteration.
+Step losses and hit counts are copied to pinned host memory as the step ends,
+behind an event; a row, a callback or a validation reads them (waiting for that
+step alone), and the rest are read once their event has passed, so the loop
+never waits for the GPU because of progress, metrics or plots.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from hpcdl.store.atomic import atomic_open, make_folder
 from hpcdl.store.files import METRICS, PLOT
 from hpcdl.config import TrainingOptions
 from hpcdl.train.settings import RunSettings
+from hpcdl.train.datawait import Wait
 
 Record = dict[str, Any]
 Callback = Callable[[Record], Optional[bool]]
@@ -52,7 +55,7 @@ class TrainingInfo:
     skipped_files: int = 0
     """Unreadable images skipped (data on_bad_file=skip)."""
     data_wait_s: float = 0.0
-    """Seconds the loop waited for training batches."""
+    """Seconds the training steps waited for their input (hpcdl.train.datawait), not the steps' own compute."""
     checkpoint_s: float = 0.0
     """Seconds the last checkpoint took to save (to be compared with the signal's lead time)."""
     train_s: float = 0.0
@@ -84,6 +87,21 @@ def _num(value: Optional[float]) -> str:
     return "" if value is None else f"{value:.4f}"
 
 
+@dataclass
+class Pending:
+    """One step's results until they are read: [loss, hits] on the host once ``done`` has passed."""
+
+    epoch: int
+    iteration: int
+    time_s: float
+    learn_rate: float
+    values: torch.Tensor
+    has_accuracy: bool
+    count: int
+    wait: Optional[Wait]
+    done: Optional[torch.cuda.Event]
+
+
 class Progress:
     """Collects step results and turns them into records, table rows, files and callback calls."""
 
@@ -93,7 +111,7 @@ class Progress:
         self.info, self.callbacks = info, list(callbacks)
         self.out = out or sys.stdout
         self.start = time.perf_counter() - elapsed_before
-        self.pending: list[tuple[int, int, float, float, torch.Tensor, Optional[torch.Tensor], int, float]] = []
+        self.pending: list[Pending] = []
         self.last_time = self.start
         self.last_plot = 0.0
         self.header_printed = False
@@ -111,17 +129,26 @@ class Progress:
         return time.perf_counter() - self.start
 
     def step(self, epoch: int, iteration: int, learn_rate: float, loss: torch.Tensor,
-             correct: Optional[torch.Tensor], count: int, data_wait_s: float = 0.0) -> None:
-        """Queue one finished iteration (1-based ``iteration``); values stay on the device."""
-        self.pending.append((epoch, iteration, self.elapsed(), learn_rate, loss.detach(), correct, count,
-                             data_wait_s))
+             correct: Optional[torch.Tensor], count: int, wait: Optional[Wait] = None) -> None:
+        """Queue one finished iteration (1-based ``iteration``); its values are copied to the host behind an event."""
+        values = torch.stack([loss.detach().float(), (correct if correct is not None else loss.new_zeros(())).float()])
+        done = None
+        if values.is_cuda:
+            host = torch.empty(2, pin_memory=True)
+            host.copy_(values, non_blocking=True)
+            values, done = host, torch.cuda.Event()
+            done.record()
+        self.pending.append(Pending(epoch, iteration, self.elapsed(), learn_rate, values, correct is not None,
+                                    count, wait, done))
 
     def end_iteration(self, validation: Optional[Record]) -> bool:
         """Emit what is due after an iteration; True when a callback asked to stop."""
-        iteration = self.pending[-1][1]
+        iteration = self.pending[-1].iteration
         row_due = self.verbose and (iteration == 1 or iteration % self.verbose_frequency == 0)
-        if self.callbacks or row_due or validation or len(self.pending) >= PENDING_LIMIT:
+        if self.callbacks or row_due or validation:
             self.flush()
+        elif len(self.pending) >= PENDING_LIMIT:
+            self.flush(wait=False)
         if validation:
             self.add_validation(validation)
         record = self.info.history[-1] if self.info.history and self.info.history[-1]["iteration"] == iteration else None
@@ -134,22 +161,27 @@ class Progress:
             self.plot()
         return stop
 
-    def flush(self) -> None:
-        """Turn queued step results into records (one device sync for all of them)."""
-        if not self.pending:
-            return
-        losses = torch.stack([p[4].float() for p in self.pending]).tolist()
-        corrects = [p[5] for p in self.pending]
-        hits = torch.stack(corrects).tolist() if corrects[0] is not None else [None] * len(corrects)
-        for (epoch, iteration, t, lr, _, _, count, wait), loss, hit in zip(self.pending, losses, hits):
-            record = {"kind": "iteration", "epoch": epoch, "iteration": iteration, "time_s": round(t, 4),
-                      "loss": loss, "accuracy": None if hit is None else hit / count, "learn_rate": lr,
-                      "samples_per_s": count / max(t - (self.last_time - self.start), 1e-9),
-                      "data_wait_s": round(wait, 6)}
-            self.last_time = self.start + t
+    def flush(self, wait: bool = True) -> None:
+        """Turn queued step results into records: all of them (waiting for the last step), or with
+        ``wait=False`` those whose step has finished on the device."""
+        ready = len(self.pending)
+        if not wait:
+            ready = next((n for n, p in enumerate(self.pending) if p.done is not None and not p.done.query()), ready)
+        elif self.pending and self.pending[-1].done is not None:
+            self.pending[-1].done.synchronize()
+        for p in self.pending[:ready]:
+            loss, hits = p.values.tolist()
+            waited = p.wait.seconds() if p.wait is not None else 0.0
+            self.info.data_wait_s += waited
+            record = {"kind": "iteration", "epoch": p.epoch, "iteration": p.iteration, "time_s": round(p.time_s, 4),
+                      "loss": loss, "accuracy": hits / p.count if p.has_accuracy else None,
+                      "learn_rate": p.learn_rate,
+                      "samples_per_s": p.count / max(p.time_s - (self.last_time - self.start), 1e-9),
+                      "data_wait_s": round(waited, 6)}
+            self.last_time = self.start + p.time_s
             self.info.history.append(record)
             self.write(record)
-        self.pending.clear()
+        del self.pending[:ready]
 
     def add_validation(self, record: Record) -> None:
         """Record one validation result."""
