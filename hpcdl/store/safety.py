@@ -50,7 +50,14 @@ def unsafe_reason(info: os.stat_result, kind: int) -> str:
     return ""
 
 
-def _checked(fd: int, path: PurePath, kind: int) -> int:
+def _open(path: str, flags: int, kind: int, dir_fd: Optional[int] = None) -> int:
+    """Open ``path`` (its last part, relative to ``dir_fd`` when given) and check what was opened."""
+    try:
+        fd = os.open(path if dir_fd is None else os.path.basename(path), flags, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):  # a link where O_NOFOLLOW refuses to go
+            raise UnsafeFolderError(f"{path}: is a symbolic link or not a folder; refusing to read it") from None
+        raise
     reason = unsafe_reason(os.fstat(fd), kind)
     if reason:
         os.close(fd)
@@ -58,22 +65,9 @@ def _checked(fd: int, path: PurePath, kind: int) -> int:
     return fd
 
 
-def _open(path: PurePath, flags: int, kind: int, dir_fd: Optional[int] = None) -> int:
-    name = path.name if dir_fd is not None else str(path)
-    try:
-        fd = os.open(name, flags, dir_fd=dir_fd)
-    except OSError as e:
-        if isinstance(e, FileNotFoundError):
-            raise
-        if e.errno in (errno.ELOOP, errno.ENOTDIR):  # a link where O_NOFOLLOW refuses to go
-            raise UnsafeFolderError(f"{path}: is a symbolic link or not a folder; refusing to read it") from None
-        raise
-    return _checked(fd, path, kind)
-
-
 def open_folder(folder: Path) -> int:
     """A descriptor of ``folder`` (not followed if it is a link), checked to be this user's alone."""
-    return _open(folder, _FOLDER, stat.S_IFDIR)
+    return _open(os.fspath(folder), _FOLDER, stat.S_IFDIR)
 
 
 def check_store(root: Path) -> None:
@@ -97,18 +91,17 @@ def open_job_file(folder: Path, name: str | PurePath) -> IO[bytes]:
 
     FileNotFoundError when it is missing; UnsafeFolderError when any step is not this user's alone.
     """
-    parts = PurePath(name).parts
-    if not parts or any(part in ("..", "/") for part in parts):
+    parts = os.fspath(name).split("/")
+    if any(part in ("", ".", "..") for part in parts):
         raise UnsafeFolderError(f"{name}: not a path inside the job folder {folder}")
-    fd, path = open_folder(folder), PurePath(folder)
+    fd, path = open_folder(folder), os.fspath(folder)
     try:
         for part in parts[:-1]:
-            path = path / part
+            path = os.path.join(path, part)
             inner = _open(path, _FOLDER, stat.S_IFDIR, dir_fd=fd)
             os.close(fd)
             fd = inner
-        path = path / parts[-1]
-        file_fd = _open(path, _FILE, stat.S_IFREG, dir_fd=fd)
+        file_fd = _open(os.path.join(path, parts[-1]), _FILE, stat.S_IFREG, dir_fd=fd)
     finally:
         os.close(fd)
     os.set_blocking(file_fd, True)
