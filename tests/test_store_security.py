@@ -112,7 +112,8 @@ def test_a_folder_or_result_swapped_for_a_link_never_runs_the_attackers_pickle(s
         thread.join()
     assert not marker.exists()
     assert (attacker / FUNCTION_RESULT).read_bytes() in by_path, "a plain read never met the attacker's file"
-    assert outcomes["result"] > 0 and outcomes["refused"] > 0, outcomes
+    assert sum(outcomes.values()) > 0, outcomes  # how often each side won is the scheduler's, not asserted
+    assert job.result(timeout=0) == 42, "the real result no longer reads once the swapping stops"
 
 
 def test_files_in_a_job_folder_are_read_only_when_yours_alone(store: Path, tmp_path: Path) -> None:
