@@ -17,6 +17,7 @@ from typing import Any
 
 from hpcdl.errors import SubmissionError
 from hpcdl.store.files import CODE
+from hpcdl.store.safety import check_job_key
 
 SKIPPED_FOLDERS = ("__pycache__", "node_modules")
 
@@ -75,11 +76,20 @@ def take_snapshot(source: Path, job_folder: Path, limit_mb: int) -> dict[str, An
     return {"from": str(source), "files": len(names), "bytes": total}
 
 
+def snapshot_folder(job_folder: Path, manifest: dict[str, Any]) -> Path:
+    """Where the job's snapshot lies: its own folder's, or its sweep's (``in``: the sweep id), shared by the
+    sweep's points."""
+    shared = manifest["snapshot"].get("in")
+    if shared:
+        check_job_key(shared)
+    return (job_folder.parent / shared if shared else job_folder) / CODE
+
+
 def run_from_snapshot(job_folder: Path, manifest: dict[str, Any]) -> None:
     """On a rank: work in the job's code snapshot, and import from it first (when one was taken)."""
     if not manifest.get("snapshot"):
         return
-    code = str(job_folder / CODE)
+    code = str(snapshot_folder(job_folder, manifest))
     os.chdir(code)
     sys.path.insert(0, code)
 
@@ -89,4 +99,4 @@ def in_snapshot(path: str, job_folder: Path, manifest: dict[str, Any]) -> str:
     snapshot = manifest.get("snapshot")
     if not snapshot or not Path(path).is_relative_to(snapshot["from"]):
         return path
-    return str(job_folder / CODE / Path(path).relative_to(snapshot["from"]))
+    return str(snapshot_folder(job_folder, manifest) / Path(path).relative_to(snapshot["from"]))

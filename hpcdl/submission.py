@@ -42,6 +42,18 @@ def runs_user_code(plan: JobPlan) -> bool:
     return plan.kind != "train" or not (plan.config.model.built_in and plan.config.data.built_in)
 
 
+def job_manifest(job_id: str, plan: JobPlan, overrides: Sequence[str], code: Optional[dict[str, Any]],
+                 **extra: Any) -> dict[str, Any]:
+    """A job's manifest: its plan, overrides, code snapshot, when, from where, at which commit."""
+    return {
+        "snapshot": code, "id": job_id, "name": plan.name, "kind": plan.kind, "profile": plan.cluster.name,
+        "plan": plan.to_dict(), "overrides": list(overrides), "submitted_at": time.time(),
+        "git": _git_commit(Path.cwd()),
+        "submitted_from": {"cwd": os.getcwd(), "host": os.uname().nodename, "process": process_id(os.getpid())},
+        **extra,
+    }
+
+
 def submit_job(plan: JobPlan, *, overrides: Sequence[str] = (),
                payload: Optional[tuple[Callable, tuple, dict]] = None) -> Job:
     """Write the job and its plan into the store and hand it to the backend; nothing stays if that fails.
@@ -63,12 +75,7 @@ def submit_job(plan: JobPlan, *, overrides: Sequence[str] = (),
 
             atomic_save(folder / FUNCTION, lambda f: cloudpickle.dump(payload, f))
         code = take_snapshot(Path.cwd(), folder, plan.cluster.snapshot_limit_mb) if runs_user_code(plan) else None
-        manifest = {
-            "snapshot": code, "id": job_id, "name": plan.name, "kind": plan.kind, "profile": plan.cluster.name,
-            "plan": plan.to_dict(), "overrides": list(overrides),
-            "submitted_at": time.time(), "git": _git_commit(Path.cwd()),
-            "submitted_from": {"cwd": os.getcwd(), "host": os.uname().nodename, "process": process_id(os.getpid())},
-        }
+        manifest = job_manifest(job_id, plan, overrides, code)
         write_json(folder / MANIFEST, manifest)
         stage = "backend"
         manifest["backend_id"] = backend.submit(plan, folder)

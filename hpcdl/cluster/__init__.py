@@ -28,6 +28,11 @@ class Backend(Protocol):
     def submit(self, plan: "JobPlan", folder: Path) -> str:
         """Start the job stored in ``folder``; returns the scheduler's id for it."""
 
+    def submit_sweep(self, sweep: Path, points: list[tuple["JobPlan", Path]], parallelism: Optional[int],
+                     points_per_task: int) -> tuple[list[str], str]:
+        """Start a sweep's points (plans and folders); returns each point's scheduler id and the sweep's
+        (what cancelling the whole sweep ends: Slurm array ids, or the local runner)."""
+
     def live_states(self, records: list["JobRecord"]) -> Optional[dict[str, Optional[str]]]:
         """The scheduler's state of each job it still knows (by hpcdl id); None when it cannot be asked.
 

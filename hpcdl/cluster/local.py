@@ -24,6 +24,7 @@ from hpcdl.host import host_key, is_running, process_id, session_members, signal
 from hpcdl.plan import JobPlan
 from hpcdl.store.files import LOGS
 from hpcdl.store.folders import JobRecord
+from hpcdl.store.sweeps import runs_under_runner
 
 KILL_AFTER_S = 10.0
 
@@ -81,6 +82,26 @@ class LocalBackend:
                                   f"see {logs / 'stderr.log'}")
         return started
 
+    def submit_sweep(self, sweep: Path, points: list[tuple[JobPlan, Path]], parallelism: Optional[int],
+                     points_per_task: int) -> tuple[list[str], str]:
+        """Start one detached runner for the points (hpcdl.sweep.runner): several at once, in the background."""
+        first = points[0][0]
+        cpus = max(plan.cluster.cpus_per_task or 1 for plan, _ in points) * max(p.world_size for p, _ in points)
+        command = [os.path.expanduser(first.cluster.python or sys.executable), "-u", "-m", "hpcdl.sweep.runner",
+                   str(sweep), *(folder.name for _, folder in points), "--cpus-per-point", str(cpus)]
+        if parallelism is not None:
+            command += ["--limit", str(parallelism)]
+        logs = sweep / LOGS
+        logs.mkdir(mode=0o700, exist_ok=True)
+        with open(logs / "runner.log", "ab") as out:
+            process = subprocess.Popen(command, cwd=os.getcwd(), env=self._environment(first),
+                                       stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+        started = process_id(process.pid)
+        if started is None:
+            raise SubmissionError(f"the sweep's runner exited at once with code {process.wait()}; "
+                                  f"see {logs / 'runner.log'}")
+        return [started] * len(points), started
+
     def live_states(self, records: list[JobRecord]) -> Optional[dict[str, Optional[str]]]:
         """RUNNING for each job whose process still runs, None for another host's; absent ones have ended."""
         live: dict[str, Optional[str]] = {}
@@ -92,6 +113,8 @@ class LocalBackend:
 
     def cancel(self, record: JobRecord) -> None:
         """TERM every process of the job's session, KILL those still there after KILL_AFTER_S."""
+        if runs_under_runner(record):  # its runner ends it on seeing CANCELLED; its sweep's other points go on
+            return
         process = _process(record)
         running = is_running(process)
         if running is None:

@@ -21,7 +21,10 @@ from typing import Any, Iterator, Optional
 from hpcdl.config.cluster import time_limit_minutes
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.plan import JobPlan
+from hpcdl.store.atomic import atomic_write_text
+from hpcdl.store.files import LOGS
 from hpcdl.store.folders import JobRecord
+from hpcdl.store.sweeps import runs_under_runner
 
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
           "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD")
@@ -144,6 +147,48 @@ def sbatch_script(plan: JobPlan, folder: Path) -> str:
     return _make_sbatch_string(command=command, folder=logs, **sbatch_parameters(plan))
 
 
+def max_array_size() -> int:
+    """The cluster's MaxArraySize (scontrol show config): an array's indices must stay below it."""
+    for line in _run(["scontrol", "show", "config"]).splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "MaxArraySize" and value.strip().isdigit():
+            return max(1, int(value.strip()))
+    return 1001  # Slurm's default
+
+
+def array_script(tasks: list[list[tuple[JobPlan, Path]]], sweep: Path, parallelism: Optional[int],
+                 points_per_task: int) -> str:
+    """The sbatch script of one job array: task i runs the points of ``tasks[i]`` (all with the same request).
+
+    One point a task: its ranks start as a job's do (srun, or the profile's mpirun), each logging into the
+    point's folder. Several: hpcdl's sweep runner runs them in the task's allocation, several at once.
+    """
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    plan = tasks[0][0][0]
+    root = tasks[0][0][1].parent
+    names = " ".join(shlex.quote(folder.name) for task in tasks for _, folder in task)
+    lines = [f"points=({names})"]
+    if points_per_task > 1:
+        lines += [f"first=$((SLURM_ARRAY_TASK_ID * {points_per_task}))",
+                  " ".join(["srun --ntasks=1 --unbuffered", _python(plan), "-u -m hpcdl.sweep.runner --packed",
+                            shlex.quote(str(sweep)), f'"${{points[@]:$first:{points_per_task}}}"'])]
+    else:
+        lines.append(f'folder={shlex.quote(str(root))}/"${{points[$SLURM_ARRAY_TASK_ID]}}"')
+        log = '"$folder/slurm/${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}'
+        worker = f'{_python(plan)} -u -m hpcdl.worker "$folder"'
+        if plan.mpi:
+            lines.append(f'{worker} >> {log}_0_log.out" 2>> {log}_0_log.err"')
+        else:
+            lines.append(f'srun --unbuffered --open-mode=append --output "$folder/slurm/%A_%a_%t_log.out" '
+                         f'--error "$folder/slurm/%A_%a_%t_log.err" --kill-on-bad-exit=1 {worker}')
+        lines.insert(0, f'mkdir -p -m 700 {shlex.quote(str(root))}/"${{points[$SLURM_ARRAY_TASK_ID]}}"/slurm')
+    parameters = {**sbatch_parameters(plan), "use_srun": False, "srun_args": None,
+                  "job_name": f"{plan.name}-sweep"}
+    return _make_sbatch_string(command="\n".join(lines), folder=sweep / "slurm", map_count=len(tasks),
+                               array_parallelism=parallelism or len(tasks), **parameters)
+
+
 def _executor_class() -> type:
     """submitit's SlurmExecutor, made to submit the script hpcdl rendered (the one dry_run shows)."""
     import submitit
@@ -234,6 +279,30 @@ class SlurmBackend:
             raise SubmissionError(f"sbatch refused the job: {str(e).strip()}") from e
         return str(job.job_id)
 
+    def submit_sweep(self, sweep: Path, points: list[tuple[JobPlan, Path]], parallelism: Optional[int],
+                     points_per_task: int) -> tuple[list[str], str]:
+        """One job array per group of points with the same request, split at the cluster's MaxArraySize;
+        ``parallelism`` is each array's ``%k``. Returns 'ARRAY_TASK' per point and the array ids."""
+        groups: dict[str, list[tuple[JobPlan, Path]]] = {}
+        for plan, folder in points:
+            groups.setdefault(sbatch_script(plan, Path("/")), []).append((plan, folder))
+        limit = max_array_size()
+        point_ids: dict[Path, str] = {}
+        arrays = []
+        for members in groups.values():
+            tasks = [members[i:i + points_per_task] for i in range(0, len(members), points_per_task)]
+            for first in range(0, len(tasks), limit):
+                chunk = tasks[first:first + limit]
+                script = sweep / "slurm" / f"array-{len(list((sweep / 'slurm').glob('array-*.sh')))}.sh"
+                script.parent.mkdir(mode=0o700, exist_ok=True)
+                atomic_write_text(script, array_script(chunk, sweep, parallelism, points_per_task))
+                array_id = _run(["sbatch", "--parsable", str(script)]).strip().split(";")[0]
+                arrays.append(array_id)
+                for task, task_points in enumerate(chunk):
+                    for _, folder in task_points:
+                        point_ids[folder] = f"{array_id}_{task}"
+        return [point_ids[folder] for _, folder in points], ",".join(arrays)
+
     def live_states(self, records: list[JobRecord]) -> Optional[dict[str, str]]:
         """Scheduler states from one squeue call (and one sacct call for jobs squeue no longer shows).
 
@@ -241,8 +310,8 @@ class SlurmBackend:
         without the scheduler remembering how.
         """
         ids = {r.backend_id: r.id for r in records if r.backend_id}
-        try:
-            queue = _run(["squeue", "-h", "-u", getpass.getuser(), "-o", "%i|%T"])
+        try:  # -r: one line per array task, pending ones too
+            queue = _run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T"])
         except SubmissionError:
             return None
         live: dict[str, str] = {}
@@ -253,7 +322,7 @@ class SlurmBackend:
         gone = [slurm_id for slurm_id, job in ids.items() if job not in live]
         if gone:
             try:
-                history = _run(["sacct", "-n", "-P", "-X", "-o", "JobIDRaw,State", "-j", ",".join(gone)])
+                history = _run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(gone)])
             except SubmissionError:  # no accounting here: the status files decide
                 history = ""
             for line in history.splitlines():
@@ -264,12 +333,16 @@ class SlurmBackend:
 
     def cancel(self, record: JobRecord) -> None:
         """scancel the job and wait (at most CANCEL_WAIT_S) until Slurm has ended every task of it."""
-        _run(["scancel", str(record.backend_id)])
+        if runs_under_runner(record):  # packed with others: its task's runner ends it on seeing CANCELLED
+            return
+        _run(["scancel", *str(record.backend_id).split(",")])  # a sweep's: each of its arrays
         deadline = time.monotonic() + CANCEL_WAIT_S
         while time.monotonic() < deadline and _queued(str(record.backend_id)):
             time.sleep(0.5)
 
     def log_path(self, record: JobRecord, rank: int, stream: str) -> Path:
         """submitit's per-task log file of ``rank``."""
+        if runs_under_runner(record):
+            return record.folder / LOGS / f"{stream}.log"
         suffix = "out" if stream == "stdout" else "err"
         return record.folder / "slurm" / f"{record.backend_id}_{rank}_log.{suffix}"

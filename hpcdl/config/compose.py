@@ -112,15 +112,34 @@ def compose_config(overrides: Sequence[str] = (), config_dir: Path = CONF_DIR) -
     """Compose ``config.yaml`` with ``overrides`` and validate every section; ConfigError if bad."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     register_configs()
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-            search = [f"file://{d}" for d in user_config_dirs()]
-            extra = [f"hydra.searchpath=[{','.join(search)}]"] if search else []
-            composed = compose("config", overrides=extra + target_overrides(overrides))
+            composed = compose("config", overrides=searchpath_overrides() + target_overrides(overrides))
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        raise _config_error(e) from e
+    return config_from_composed(composed)
+
+
+def searchpath_overrides() -> list[str]:
+    """The Hydra override that adds the user's profile folders to the config search path (none without any)."""
+    search = [f"file://{d}" for d in user_config_dirs()]
+    return [f"hydra.searchpath=[{','.join(search)}]"] if search else []
+
+
+def config_from_composed(composed: Any) -> Config:
+    """The checked Config of a composed DictConfig (its ``hydra`` node, if any, left out); ConfigError if bad."""
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        if "hydra" in composed:
+            composed = composed.copy()
+            with open_dict(composed):
+                del composed["hydra"]
         refuse_unknown_keys(composed, Config)
         root = OmegaConf.to_object(composed)  # runs every typed section's __post_init__ checks
         values = {field.name: getattr(root, field.name) for field in dataclasses.fields(root)}
@@ -131,10 +150,14 @@ def compose_config(overrides: Sequence[str] = (), config_dir: Path = CONF_DIR) -
     except ConfigError:
         raise
     except (HydraException, OmegaConfBaseException, ValueError) as e:
-        inner = e.__cause__ if isinstance(e.__cause__, ConfigError) else None
-        if inner is not None:
-            raise inner from e
-        raise ConfigError(_unknown_key(e) or _describe(e)) from e
+        raise _config_error(e) from e
+
+
+def _config_error(error: BaseException) -> ConfigError:
+    """The ConfigError to raise for a Hydra or OmegaConf error: the section's own, or a clear message."""
+    if isinstance(error.__cause__, ConfigError):
+        return error.__cause__
+    return ConfigError(_unknown_key(error) or _describe(error))
 
 
 def _describe(error: BaseException) -> str:

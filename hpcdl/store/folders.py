@@ -63,14 +63,19 @@ def new_job_folder(root: Path) -> tuple[str, Path]:
     check_store(root)
     for _ in range(100):
         job_id = f"{time.strftime('%y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-        folder = root / job_id
         try:
-            folder.mkdir(mode=0o700)
+            return job_id, new_named_folder(root, job_id)
         except FileExistsError:
             continue
-        os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
-        return job_id, folder
     raise HpcdlError(f"cannot create a job folder under {root}")
+
+
+def new_named_folder(root: Path, name: str) -> Path:
+    """Create the owner-only folder ``root``/``name`` (FileExistsError if it exists): a sweep's point."""
+    folder = root / name
+    folder.mkdir(mode=0o700)
+    os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
+    return folder
 
 
 def remove_job_folder(folder: Path) -> None:

@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hpcdl.cluster import backend_for
-from hpcdl.errors import FolderGoneError
+from hpcdl.errors import FolderGoneError, HpcdlError
 from hpcdl.host import is_running
-from hpcdl.store.folders import JobRecord, load_record
+from hpcdl.store.folders import DAMAGED, JobRecord, load_record
 from hpcdl.store.status import write_final
+from hpcdl.store.sweeps import is_sweep, load_points, runs_under_runner, settle
 
 SUBMITTING = "SUBMITTING"
 SCHEDULER_FINAL = {"TIMEOUT": "TIMEOUT", "OUT_OF_MEMORY": "OUT_OF_MEMORY", "NODE_FAIL": "NODE_FAIL",
@@ -27,7 +28,24 @@ SCHEDULER_FINAL = {"TIMEOUT": "TIMEOUT", "OUT_OF_MEMORY": "OUT_OF_MEMORY", "NODE
 
 
 def resolve_states(records: list[JobRecord]) -> None:
-    """Set ``state`` and ``reason`` of every record: one scheduler query per backend in all."""
+    """Set ``state`` and ``reason`` of every record: one scheduler query per backend in all.
+
+    A sweep's state is its points' (those not among ``records`` are read from the store).
+    """
+    sweeps = [r for r in records if is_sweep(r) and r.state != DAMAGED]
+    _resolve_jobs([r for r in records if not is_sweep(r)])
+    known = {r.id: r for r in records}
+    for sweep in sweeps:
+        try:
+            points, loaded = load_points(sweep, known)
+        except (OSError, ValueError, HpcdlError) as e:
+            sweep.state, sweep.reason = DAMAGED, f"its points cannot be read: {e}"
+            continue
+        _resolve_jobs(loaded)
+        settle(sweep, points)
+
+
+def _resolve_jobs(records: list[JobRecord]) -> None:
     open_records: dict[str, list[JobRecord]] = defaultdict(list)
     for record in records:
         if not record.final and not (record.backend_id is None and _still_submitting(record)):
@@ -68,6 +86,8 @@ def _still_submitting(record: JobRecord) -> bool:
 def _resolve(record: JobRecord, scheduler_state: str | None) -> None:
     own = record.status.get("state")
     if scheduler_state is not None and scheduler_state.split()[0] not in SCHEDULER_FINAL:
+        if scheduler_state == "RUNNING" and own is None and runs_under_runner(record):
+            scheduler_state = "PENDING"  # its runner runs, the point waits for a slot
         record.state = "RUNNING" if own == "RUNNING" and scheduler_state == "PENDING" else scheduler_state
         return
     if scheduler_state is not None:

@@ -1,0 +1,186 @@
+"""Sweeps in the store: a sweep's folder lists its points, each an ordinary job; its state is theirs, summed up.
+
+A sweep's manifest (kind ``sweep``) names its points (``points``: job ids in the
+same store, ``<sweep id>_<num>``) and how they were handed to the scheduler
+(``backend_id``: the Slurm array ids, comma-separated, or the local runner's
+process). Each point's manifest names its sweep (``sweep``: id, num, overrides).
+Readers import no torch: the summary, its CSV and the comparison plot come from
+the points' own records.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional
+
+from hpcdl.store.files import FUNCTION_RESULT
+from hpcdl.store.folders import DAMAGED, FINAL_STATES, JobRecord, load_record
+from hpcdl.store.safety import UnsafeFolderError, check_job_key, load_pickle
+
+SWEEP = "sweep"
+"""The manifest kind of a sweep's own folder."""
+SUMMARY_CSV = "sweep-summary.csv"
+SUMMARY_PLOT = "sweep-curves.png"
+SUMMARY_COLUMNS = ("num", "id", "overrides", "state", "elapsed_s", "epoch", "iteration", "loss", "accuracy",
+                   "validation_accuracy", "best_validation_accuracy", "value", "reason")
+_WORST_FIRST = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "LOST", "TIMEOUT", "STOPPED", "CANCELLED", DAMAGED)
+
+
+def is_sweep(record: JobRecord) -> bool:
+    """True for a sweep's own folder."""
+    return record.manifest.get("kind") == SWEEP
+
+
+def sweep_id_of(record: JobRecord) -> Optional[str]:
+    """The id of the sweep a job is a point of, or None."""
+    sweep = record.manifest.get("sweep")
+    return sweep.get("id") if isinstance(sweep, dict) and isinstance(sweep.get("id"), str) else None
+
+
+def runs_under_runner(record: JobRecord) -> bool:
+    """True for a point that hpcdl's sweep runner starts and ends (local sweeps, packed Slurm tasks)."""
+    sweep = record.manifest.get("sweep")
+    return isinstance(sweep, dict) and bool(sweep.get("runner"))
+
+
+def point_ids(sweep: JobRecord) -> list[str]:
+    """The ids of a sweep's points, each checked to name a job of the same store (never a path)."""
+    ids = sweep.manifest.get("points", [])
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise ValueError("manifest.json: 'points' is not a list of job ids")
+    for point in ids:
+        check_job_key(point)
+    return ids
+
+
+def load_points(sweep: JobRecord, known: dict[str, JobRecord]) -> tuple[list[JobRecord], list[JobRecord]]:
+    """The sweep's point records, taken from ``known`` or read from the store; also those read here."""
+    points, loaded = [], []
+    for point in point_ids(sweep):
+        record = known.get(point)
+        if record is None:
+            try:
+                record = load_record(sweep.folder.parent / point)
+            except UnsafeFolderError:
+                record = None
+            if record is None or sweep_id_of(record) != sweep.id:
+                continue  # not (or no longer) this sweep's point: never trusted as one
+            loaded.append(record)
+        points.append(record)
+    return points, loaded
+
+
+def settle(sweep: JobRecord, points: list[JobRecord]) -> None:
+    """Set the sweep's state from its points': open while any point is; else COMPLETED when all
+    completed, or the worst final state among them. The reason counts the points by state."""
+    counts = Counter(p.state for p in points)
+    sweep.status = {**sweep.status, "counts": dict(counts), "points": len(points)}
+    sweep.reason = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda x: -x[1]))
+    still_open = [s for s in counts if s not in FINAL_STATES and s != DAMAGED]
+    if not points:
+        sweep.state = "SUBMITTING"
+    elif still_open:
+        sweep.state = next((s for s in ("RUNNING", "SUBMITTING", "PENDING") if s in counts), still_open[0])
+    elif set(counts) == {"COMPLETED"}:
+        sweep.state = "COMPLETED"
+    else:
+        sweep.state = next(s for s in _WORST_FIRST if s in counts)
+
+
+def summary(points: list[JobRecord]) -> list[dict[str, Any]]:
+    """One row per point: its overrides, state, time, last and best metrics, and a task's scalar return value."""
+    from hpcdl.store.follow import progress
+
+    rows = []
+    for point in sorted(points, key=lambda p: p.manifest["sweep"]["num"]):
+        view = progress(point) if point.state != DAMAGED else {}
+        started = point.status.get("started_at")
+        ended = point.status.get("ended_at") or (None if point.final else time.time())
+        rows.append({
+            "num": point.manifest["sweep"]["num"], "id": point.id,
+            "overrides": " ".join(point.manifest["sweep"].get("overrides", [])), "state": point.state,
+            "elapsed_s": round(ended - started, 1) if all(isinstance(t, (int, float)) for t in (started, ended))
+            else None,
+            **{key: view.get(key) for key in ("epoch", "iteration", "loss", "accuracy", "validation_accuracy",
+                                              "best_validation_accuracy")},
+            "value": _scalar_return(point), "reason": point.reason.splitlines()[0] if point.reason else "",
+        })
+    return rows
+
+
+def _scalar_return(point: JobRecord) -> Any:
+    """A Hydra task's return value when it is a number or a short string (what a sweeper optimises)."""
+    if point.state != "COMPLETED" or point.manifest.get("kind") != "function":
+        return None
+    try:
+        returned = load_pickle(point.folder, FUNCTION_RESULT)
+    except Exception:  # noqa: BLE001 - a result that cannot be read here is left out of the table
+        return None
+    value = getattr(returned, "_return_value", returned)
+    return value if isinstance(value, (int, float)) or (isinstance(value, str) and len(value) < 40) else None
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """The summary as an aligned text table."""
+    columns = [c for c in SUMMARY_COLUMNS if c not in ("id", "reason") and any(r[c] is not None for r in rows)]
+    shown = [[_cell(row[c]) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in shown]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip()]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in shown]
+    failed = [f"point {row['num']} ({row['id']}) {row['state']}: {row['reason']}" for row in rows if row["reason"]]
+    return "\n".join(lines + failed)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    """The summary as CSV, one row per point."""
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=SUMMARY_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def plot_curves(points: list[JobRecord], path: Path) -> bool:
+    """The points' training loss (and validation accuracy) against iteration in one PNG; False without curves."""
+    from hpcdl.store.follow import read_records
+
+    curves = [(p, read_records(p, tail_bytes=None)) for p in points if p.state != DAMAGED]
+    curves = [(p, records) for p, records in curves if any(r.get("kind") == "iteration" for r in records)]
+    if not curves:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with_validation = any(r.get("kind") == "validation" and r.get("accuracy") is not None
+                          for _, records in curves for r in records)
+    figure, axes = plt.subplots(1, 2 if with_validation else 1, figsize=(12 if with_validation else 7, 4.5),
+                                squeeze=False)
+    for point, records in curves:
+        label = " ".join(point.manifest["sweep"].get("overrides", [])) or point.id
+        steps = [r for r in records if r.get("kind") == "iteration"]
+        axes[0][0].plot([r["iteration"] for r in steps], [r["loss"] for r in steps], label=label)
+        if with_validation:
+            checks = [r for r in records if r.get("kind") == "validation" and r.get("accuracy") is not None]
+            axes[0][1].plot([r["iteration"] for r in checks], [r["accuracy"] for r in checks], marker="o",
+                            label=label)
+    axes[0][0].set(xlabel="iteration", ylabel="training loss", title="Loss of each point")
+    if with_validation:
+        axes[0][1].set(xlabel="iteration", ylabel="validation accuracy", title="Validation accuracy")
+    axes[0][0].legend(fontsize="small")
+    figure.tight_layout()
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.png")
+    figure.savefig(temporary, dpi=100)
+    plt.close(figure)
+    os.replace(temporary, path)
+    return True

@@ -1,0 +1,31 @@
+"""On the node: one point of a user's Hydra app, run as Hydra runs a job (run_job), in the point's job.
+
+Hydra's global state (config store, plugins, OmegaConf resolvers) arrives as the submitting process had it.
+The point works in the submitting folder (imports come from the code snapshot first) and writes Hydra's
+outputs where ``hydra.sweep.dir``/``subdir`` say. A task that raises ends its job FAILED with its traceback;
+its JobReturn (status FAILED) is kept as the job's result, for Hydra's returns.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def run_point(hydra_context: Any, task_function: Any, sweep_config: Any, singleton_state: Any,
+              submit_cwd: str) -> Any:
+    """Run ``task_function`` on the point's config through Hydra's run_job; returns its JobReturn."""
+    from hydra.core.singleton import Singleton
+    from hydra.core.utils import JobStatus, run_job, setup_globals
+
+    from hpcdl.report import save_result
+
+    Singleton.set_state(singleton_state)
+    setup_globals()
+    os.chdir(submit_cwd)
+    returned = run_job(hydra_context=hydra_context, task_function=task_function, config=sweep_config,
+                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+    if returned.status == JobStatus.FAILED:
+        save_result(returned)
+        raise returned._return_value
+    return returned

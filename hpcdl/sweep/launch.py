@@ -1,0 +1,216 @@
+"""The login side of hpcdl's Hydra launcher: every point checked, then the sweep submitted at once.
+
+Two kinds of app: hpcdl's own (``python -m hpcdl.submit -m``), whose points are hpcdl jobs composed and
+checked like any submit (built-in trainer or the user's entry/script); and a user's ``@hydra.main`` app,
+whose points run its task function on the cluster through Hydra's run_job. By default ``launch`` returns
+as soon as the scheduler has the points (their JobReturns are UNKNOWN); with ``wait`` it follows them and
+returns each point's JobReturn, FAILED ones with their error, as result-driven sweepers need.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any, Callable, Optional, Sequence
+
+from hpcdl.errors import JobFailedError
+from hpcdl.plan import JobPlan, resolve, resolve_function
+from hpcdl.store.files import FUNCTION_RESULT, RESULT
+from hpcdl.store.folders import JobRecord, read_json
+from hpcdl.store.safety import load_pickle
+from hpcdl.sweep.submit import Sweep, SweepOptions, SweepPoint, add_points, open_sweep
+
+log = logging.getLogger(__name__)
+
+
+def train_point(config: Any) -> None:
+    """The task of hpcdl's own app: never called; the launcher submits each point as an hpcdl job."""
+    raise RuntimeError("hpcdl's sweep points are submitted by hydra/launcher=hpcdl, never run in place")
+
+
+def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[Any]:
+    """Check and submit one batch of points (Hydra's ``Launcher.launch``); the sweep record grows per batch."""
+    from hydra.core.utils import JobReturn, configure_log, setup_globals
+
+    options = SweepOptions(parallelism=launcher.parallelism, points_per_task=launcher.points_per_task)
+    setup_globals()
+    config = launcher.config
+    configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    own_app = launcher.task_function is train_point
+    profile = None if own_app else _profile(launcher.cluster, launcher.resources)
+    points, configs = [], []
+    for index, overrides in enumerate(job_overrides):
+        num = initial_job_idx + index
+        sweep_config = launcher.hydra_context.config_loader.load_sweep_config(config, list(overrides))
+        _place(sweep_config, num)
+        plan = _own_plan(sweep_config, launcher.script_args) if own_app else resolve_function(
+            profile, str(sweep_config.hydra.job.name))
+        points.append(SweepPoint(num=num, plan=plan, overrides=tuple(overrides)))
+        configs.append(sweep_config)
+    if launcher.sweep is None:
+        from omegaconf import OmegaConf
+
+        launcher.sweep = open_sweep(points[0].plan, _sweep_name(config, own_app), sys.argv[1:],
+                                    OmegaConf.to_yaml(config))
+    sweep: Sweep = launcher.sweep
+    from hydra.core.singleton import Singleton
+
+    state = Singleton.get_state()
+    ready = []
+    for point, sweep_config in zip(points, configs):
+        from omegaconf import open_dict
+
+        with open_dict(sweep_config.hydra.job):
+            sweep_config.hydra.job.id = f"{sweep.id}_{point.num}"
+        payload = None if own_app else _task_payload(launcher, sweep_config, state)
+        ready.append(SweepPoint(num=point.num, plan=point.plan, overrides=point.overrides,
+                                hydra_files=_hydra_files(sweep_config), output_dir=_output_dir(sweep_config),
+                                payload=payload))
+    records = add_points(sweep, ready, options)
+    _announce(sweep, records, launcher.wait)
+    if not launcher.wait:
+        return [_job_return(JobReturn, point, cfg, None) for point, cfg in zip(ready, configs)]
+    finished = _follow(records, launcher.poll_s)
+    return [_job_return(JobReturn, point, cfg, record) for point, cfg, record in zip(ready, configs, finished)]
+
+
+def _profile(cluster: str, resources: dict[str, Any]) -> Any:
+    """The cluster profile ``cluster`` with ``resources`` (cluster.KEY values) for a user app's points."""
+    from hpcdl.config.compose import compose_config
+
+    overrides = [f"cluster={cluster}"] + [f"cluster.{k}={json.dumps(v)}" for k, v in resources.items()]
+    with _hydra_set_aside():
+        return compose_config(overrides).cluster
+
+
+def _own_plan(sweep_config: Any, script_args: Sequence[str]) -> JobPlan:
+    """The checked plan of one point of hpcdl's own app, as ``python -m hpcdl.submit`` would make it."""
+    from hpcdl.config.compose import config_from_composed
+
+    config = config_from_composed(sweep_config)
+    return resolve(config, script_args=script_args)
+
+
+def _place(sweep_config: Any, num: int) -> None:
+    """Number the point and make its output folder absolute (its job may start elsewhere)."""
+    from omegaconf import open_dict
+
+    with open_dict(sweep_config.hydra):
+        sweep_config.hydra.job.num = num
+        sweep_config.hydra.sweep.dir = os.path.abspath(str(sweep_config.hydra.sweep.dir))
+
+
+def _output_dir(sweep_config: Any) -> str:
+    return os.path.join(str(sweep_config.hydra.sweep.dir), str(sweep_config.hydra.sweep.subdir))
+
+
+def _hydra_files(sweep_config: Any) -> dict[str, str]:
+    """Hydra's .hydra/ record of a point: its config, Hydra's config and its overrides."""
+    from omegaconf import OmegaConf, open_dict
+
+    task = copy.deepcopy(sweep_config)
+    with open_dict(task):
+        del task["hydra"]
+    return {"config.yaml": OmegaConf.to_yaml(task),
+            "hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": sweep_config.hydra})),
+            "overrides.yaml": OmegaConf.to_yaml(sweep_config.hydra.overrides.task)}
+
+
+def _task_payload(launcher: Any, sweep_config: Any, state: Any) -> tuple[Callable, tuple, dict]:
+    from hpcdl.sweep.hydra_task import run_point
+
+    return run_point, (launcher.hydra_context, launcher.task_function, sweep_config, state, os.getcwd()), {}
+
+
+def _sweep_name(config: Any, own_app: bool) -> str:
+    return str(config.get("name", "sweep")) if own_app else str(config.hydra.job.name)
+
+
+def _announce(sweep: Sweep, records: list[JobRecord], waiting: bool) -> None:
+    where = sweep.manifest.get("backend_id") or "-"
+    backend = sweep.manifest["plan"]["cluster"]["backend"]
+    handed = f"Slurm array(s) {where}" if backend == "slurm" else f"a background runner on {os.uname().nodename}"
+    print(f"Submitted sweep {sweep.id}: {len(records)} point(s) ({records[0].id} ...) as {handed}\n"
+          f"  points:   python -m hpcdl.jobs show {sweep.id}\n"
+          f"  results:  python -m hpcdl.jobs fetch {sweep.id}"
+          + ("" if waiting else f"\n  wait:     python -m hpcdl.jobs wait {sweep.id}"), flush=True)
+
+
+def _follow(records: list[JobRecord], poll_s: float) -> list[JobRecord]:
+    """Wait until every point has ended; their fresh records, in order."""
+    from hpcdl.store.folders import load_record
+    from hpcdl.store.states import resolve_states
+
+    last = ""
+    while True:
+        fresh = [load_record(r.folder) or r for r in records]
+        resolve_states(fresh)
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(_count(fresh).items()))
+        if counts != last:
+            log.info(f"sweep points: {counts}")
+            last = counts
+        if all(r.final for r in fresh):
+            return fresh
+        time.sleep(poll_s)
+
+
+def _count(records: list[JobRecord]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[record.state] = counts.get(record.state, 0) + 1
+    return counts
+
+
+def _job_return(job_return: type, point: SweepPoint, sweep_config: Any, record: Optional[JobRecord]) -> Any:
+    """Hydra's JobReturn of a point: UNKNOWN while it runs; the task's own once it ended (FAILED ones carry
+    the error); for hpcdl's own app, the training summary."""
+    from hydra.core.utils import JobStatus
+    from omegaconf import open_dict
+
+    if record is not None and record.manifest["kind"] == "function":
+        try:
+            returned = load_pickle(record.folder, FUNCTION_RESULT)
+            if isinstance(returned, job_return):
+                return returned
+        except (OSError, ValueError, Exception):  # noqa: BLE001 - a point killed before it returned
+            pass
+    task = copy.deepcopy(sweep_config)
+    with open_dict(task):
+        del task["hydra"]
+    result = job_return(overrides=list(point.overrides), cfg=task, hydra_cfg=sweep_config,
+                        working_dir=point.output_dir, task_name=str(sweep_config.hydra.job.name))
+    if record is None:
+        return result
+    if record.state == "COMPLETED":
+        result.status = JobStatus.COMPLETED
+        result._return_value = read_json(record.folder / RESULT) if record.manifest["kind"] == "train" else None
+    else:
+        result.status = JobStatus.FAILED
+        result._return_value = JobFailedError(f"point {point.num} ({record.id}) ended {record.state}: "
+                                              f"{record.reason}", record.status.get("traceback", ""))
+    return result
+
+
+class _hydra_set_aside:
+    """Compose hpcdl's own config inside a running Hydra app: its global state is set aside, then restored."""
+
+    def __enter__(self) -> None:
+        from hydra.core.global_hydra import GlobalHydra
+        from hydra.core.utils import JobRuntime
+
+        self.hydra = GlobalHydra.instance().hydra
+        self.runtime = copy.deepcopy(JobRuntime.instance().conf)  # the job's name: composing sets "app"
+        GlobalHydra.instance().clear()
+
+    def __exit__(self, *exc: object) -> None:
+        from hydra.core.global_hydra import GlobalHydra
+        from hydra.core.utils import JobRuntime
+
+        GlobalHydra.instance().clear()
+        if self.hydra is not None:
+            GlobalHydra.instance().initialize(self.hydra)
+        JobRuntime.instance().conf = self.runtime

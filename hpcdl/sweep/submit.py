@@ -1,0 +1,175 @@
+"""Submitting a sweep: its points become jobs of one sweep record, handed to the scheduler at once.
+
+On Slurm the points are job arrays (one sbatch per array); locally one background runner runs them.
+Nothing is written before every point has been checked; a submission that fails leaves no folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from hpcdl.cluster import backend_for
+from hpcdl.config.secrets import check_no_secret_values
+from hpcdl.errors import ConfigError, SubmissionError
+from hpcdl.plan import JobPlan
+from hpcdl.snapshot import take_snapshot
+from hpcdl.store.atomic import atomic_save, atomic_write_text, make_folder
+from hpcdl.store.files import FUNCTION, MANIFEST
+from hpcdl.store.folders import (JobRecord, load_record, new_job_folder, new_named_folder, remember_root,
+                                 remove_job_folder, store_root, write_json)
+from hpcdl.store.sweeps import SWEEP
+from hpcdl.submission import job_manifest, runs_user_code
+
+HYDRA_FOLDER = ".hydra"
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """How a sweep's points are handed to the scheduler."""
+
+    parallelism: Optional[int] = None
+    """At most this many points run at once (Slurm's ``--array=...%k``); None: as many as fit."""
+    points_per_task: int = 1
+    """Points packed into one Slurm array task (one allocation), run there several at once."""
+
+    def __post_init__(self) -> None:
+        if self.parallelism is not None and (isinstance(self.parallelism, bool) or self.parallelism < 1):
+            raise ConfigError(f"hydra.launcher.parallelism: at least 1 point at once, got {self.parallelism}")
+        if isinstance(self.points_per_task, bool) or self.points_per_task < 1:
+            raise ConfigError(f"hydra.launcher.points_per_task: at least 1, got {self.points_per_task}")
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point of a sweep, checked and ready to submit."""
+
+    num: int
+    """Hydra's job number (hydra.job.num)."""
+    plan: JobPlan
+    overrides: tuple[str, ...]
+    """The point's own overrides (Hydra's task overrides)."""
+    hydra_files: dict[str, str] = field(default_factory=dict)
+    """Hydra's record of the point: file name under .hydra/ -> YAML (config, hydra, overrides)."""
+    output_dir: Optional[str] = None
+    """Hydra's working folder of the point."""
+    payload: Optional[tuple[Callable, tuple, dict]] = None
+    """A function point's (fn, args, kwargs)."""
+
+
+@dataclass
+class Sweep:
+    """A sweep being submitted: its folder and manifest, and the points added so far."""
+
+    id: str
+    folder: Path
+    manifest: dict[str, Any]
+
+
+def open_sweep(plan: JobPlan, name: str, overrides: Sequence[str], multirun_yaml: Optional[str]) -> Sweep:
+    """Create the sweep's folder (with Hydra's multirun.yaml) in the store of ``plan``'s profile."""
+    root = store_root(plan.cluster.store)
+    try:
+        sweep_id, folder = new_job_folder(root)
+    except OSError as e:
+        raise SubmissionError(f"cannot write the job store {root}: {e.strerror or e}; nothing was submitted") from e
+    manifest = {**job_manifest(sweep_id, plan, overrides, None), "kind": SWEEP, "name": name,
+                "plan": {"cluster": dataclasses.asdict(plan.cluster)}, "points": [], "backend_id": None}
+    try:
+        if multirun_yaml is not None:
+            atomic_write_text(folder / "multirun.yaml", multirun_yaml)
+    except BaseException:
+        remove_job_folder(folder)
+        raise
+    return Sweep(sweep_id, folder, manifest)
+
+
+def check_points(points: Sequence[SweepPoint], options: SweepOptions) -> None:
+    """ConfigError for a sweep that cannot run as one: points on different profiles or stores, multi-rank
+    points packed; each distinct request checked with the scheduler once."""
+    if not points:
+        raise ConfigError("the sweep has no points")
+    first = points[0].plan.cluster
+    for point in points:
+        profile = point.plan.cluster
+        if (profile.backend, profile.store) != (first.backend, first.store):
+            raise ConfigError(f"point {point.num} ({' '.join(point.overrides)}): a sweep runs on one cluster "
+                              f"backend and store; it has {profile.backend} {profile.store or '(default store)'}, "
+                              f"point {points[0].num} {first.backend} {first.store or '(default store)'}")
+        if options.points_per_task > 1 and point.plan.world_size > 1:
+            raise ConfigError(f"hydra.launcher.points_per_task={options.points_per_task}: point {point.num} "
+                              f"runs on {point.plan.world_size} ranks; only single-rank points are packed")
+        check_no_secret_values(list(point.overrides), "overrides", profile.secrets)
+    backend = backend_for(first.backend)
+    checked: set[str] = set()
+    for point in points:
+        key = json.dumps(dataclasses.asdict(point.plan.cluster), sort_keys=True) + str(point.plan.time_limit_s)
+        if key not in checked:
+            backend.check(point.plan)
+            checked.add(key)
+
+
+def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions) -> list[JobRecord]:
+    """Write the points into the store and hand them to the scheduler; returns their records (PENDING).
+
+    If anything fails, the points written here are removed and the sweep's manifest is as it was.
+    """
+    check_points(points, options)
+    root, backend = sweep.folder.parent, backend_for(points[0].plan.cluster.backend)
+    runner = backend.name == "local" or options.points_per_task > 1
+    before = dict(sweep.manifest)
+    created: list[Path] = []
+    try:
+        code = sweep.manifest.get("snapshot")
+        if code is None and any(runs_user_code(p.plan) for p in points):
+            code = take_snapshot(Path.cwd(), sweep.folder, points[0].plan.cluster.snapshot_limit_mb)
+            sweep.manifest["snapshot"] = code
+        manifests = []
+        for point in points:
+            folder = new_named_folder(root, f"{sweep.id}_{point.num}")
+            created.append(folder)
+            _write_point_files(folder, point)
+            shared = {**code, "in": sweep.id} if code and runs_user_code(point.plan) else None
+            manifest = job_manifest(folder.name, point.plan, point.overrides, shared, output_dir=point.output_dir,
+                                    sweep={"id": sweep.id, "num": point.num, "overrides": list(point.overrides),
+                                           "runner": runner})
+            write_json(folder / MANIFEST, manifest)
+            manifests.append(manifest)
+        sweep.manifest["points"] = [*sweep.manifest["points"], *(f.name for f in created)]
+        write_json(sweep.folder / MANIFEST, sweep.manifest)
+        point_ids, handed = backend.submit_sweep(sweep.folder, [(p.plan, f) for p, f in zip(points, created)],
+                                                 options.parallelism, options.points_per_task)
+        for folder, manifest, backend_id in zip(created, manifests, point_ids):
+            manifest["backend_id"] = backend_id
+            write_json(folder / MANIFEST, manifest)
+        sweep.manifest["backend_id"] = ",".join(filter(None, [sweep.manifest.get("backend_id"), handed]))
+        write_json(sweep.folder / MANIFEST, sweep.manifest)
+    except BaseException as e:
+        for folder in created:
+            remove_job_folder(folder)
+        sweep.manifest = before
+        if not before["points"]:
+            remove_job_folder(sweep.folder)
+        else:
+            write_json(sweep.folder / MANIFEST, before)
+        if isinstance(e, OSError) and not isinstance(e, SubmissionError):
+            raise SubmissionError(f"cannot write the job store {root}: {e.strerror or e}; nothing was "
+                                  "submitted") from e
+        raise
+    remember_root(root)
+    return [record for record in (load_record(f) for f in created) if record is not None]
+
+
+def _write_point_files(folder: Path, point: SweepPoint) -> None:
+    if point.payload is not None:
+        import cloudpickle
+
+        atomic_save(folder / FUNCTION, lambda f: cloudpickle.dump(point.payload, f))
+    if point.hydra_files:
+        make_folder(folder / HYDRA_FOLDER)
+        for name, text in point.hydra_files.items():
+            atomic_write_text(folder / HYDRA_FOLDER / name, text)
+

@@ -1,0 +1,1 @@
+"""hpcdl's Hydra launcher plugin (hydra/launcher=hpcdl)."""
