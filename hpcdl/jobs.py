@@ -1,7 +1,8 @@
 """python -m hpcdl.jobs: list, show, logs, watch, wait, cancel and fetch jobs, from any shell.
 
-    python -m hpcdl.jobs list [--state RUNNING] [--name digits]
+    python -m hpcdl.jobs list [--state RUNNING] [--name digits] [--points]
     python -m hpcdl.jobs show ID          ID: hpcdl id, a unique prefix, a Slurm job id, or 'last'
+                                          a sweep's id: its points' table (fetch: CSV and curves)
     python -m hpcdl.jobs logs ID [-f] [--rank N] [--stderr]
     python -m hpcdl.jobs watch ID | wait ID | cancel ID
     python -m hpcdl.jobs fetch ID [--to DIR]
@@ -57,9 +58,23 @@ def _row(record: "JobRecord") -> tuple[str, ...]:
     return (record.id, name if isinstance(name, str) else "?", "", DAMAGED, "", "", "", "")
 
 
+def _sweep_row(sweep: "JobRecord", points: list["JobRecord"]) -> tuple[str, ...]:
+    """A sweep's line: its points counted by state, the best validation accuracy among them."""
+    from hpcdl.store.follow import progress
+
+    best = [v for v in (progress(p).get("best_validation_accuracy") for p in points) if v is not None]
+    ended = [p.status.get("ended_at") for p in points]
+    last = max(ended) if ended and None not in ended else time.time()
+    done = sum(p.final for p in points)
+    return (sweep.id, sweep.manifest["name"], sweep.manifest["profile"], sweep.state,
+            f"{done}/{len(points)} done: {sweep.reason}", _clock(last - sweep.manifest["submitted_at"]),
+            f"{100 * max(best):.2f}%" if best else "", str(sweep.backend_id or ""))
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    from hpcdl.store.folders import DAMAGED, JobRecord, scan
     from hpcdl.store.states import resolve_states
-    from hpcdl.store.folders import scan
+    from hpcdl.store.sweeps import is_sweep, sweep_id_of
 
     skipped: list[str] = []
     records = scan(skipped=skipped)
@@ -71,8 +86,14 @@ def cmd_list(args: argparse.Namespace) -> int:
     resolve_states(records)
     if args.state:
         records = [r for r in records if r.state == args.state.upper()]
+    points: dict[str, list[JobRecord]] = {r.id: [] for r in records if is_sweep(r)}
+    for record in records:
+        if sweep_id_of(record) in points:
+            points[sweep_id_of(record)].append(record)
+    shown = [r for r in records if args.points or sweep_id_of(r) not in points]
     rows = [("ID", "NAME", "PROFILE", "STATE", "PROGRESS", "ELAPSED", "BEST VAL", "SCHEDULER ID")]
-    rows += [_row(r) for r in (records[-args.limit:] if args.limit else records)]
+    rows += [_sweep_row(r, points[r.id]) if r.id in points and r.state != DAMAGED else _row(r)
+             for r in (shown[-args.limit:] if args.limit else shown)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
@@ -83,16 +104,42 @@ def _when(seconds: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
 
 
+def _sweep_points(sweep: "JobRecord") -> list["JobRecord"]:
+    from hpcdl.store.states import resolve_states
+    from hpcdl.store.sweeps import load_points
+
+    points, _ = load_points(sweep, {})
+    resolve_states(points)
+    return points
+
+
+def _show_sweep(sweep: "JobRecord") -> int:
+    from hpcdl.store.sweeps import format_table, summary
+
+    m = sweep.manifest
+    print(f"sweep     {sweep.id}  ('{m['name']}', {len(m['points'])} points)\n"
+          f"state     {sweep.state}  ({sweep.reason})\n"
+          f"profile   {m['profile']} ({sweep.backend}), scheduler id(s) {sweep.backend_id}\n"
+          f"submitted {_when(m['submitted_at'])} from {m['submitted_from']['host']}:{m['submitted_from']['cwd']}\n"
+          f"command   {' '.join(m.get('overrides') or []) or '-'}\n"
+          f"folder    {sweep.folder}\n")
+    print(format_table(summary(_sweep_points(sweep))))
+    return 0
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from hpcdl.store.folders import DAMAGED
     from hpcdl.store.follow import progress
     from hpcdl.store.job import Job
+    from hpcdl.store.sweeps import is_sweep
 
     job = Job.attach(args.id)
     record = job.refresh()
     if record.state == DAMAGED:
         print(f"job       {record.id}\nstate     {DAMAGED}  ({record.reason})\nfolder    {record.folder}")
         return 1
+    if is_sweep(record):
+        return _show_sweep(record)
     m = record.manifest
     print(f"job       {record.id}  ({m['kind']} '{m['name']}')\n"
           f"state     {record.state}{'  (' + record.reason + ')' if record.reason else ''}\n"
@@ -177,12 +224,33 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fetch_sweep(job: Any, args: argparse.Namespace) -> int:
+    """A sweep's summary table on screen, as CSV and its points' curves as PNG, in the target folder."""
+    from hpcdl.store.sweeps import SUMMARY_CSV, SUMMARY_PLOT, format_table, plot_curves, summary, write_csv
+
+    if args.wait:
+        job.wait()
+    points = _sweep_points(job.refresh())
+    rows = summary(points)
+    target = Path(args.to or job.id).resolve()
+    target.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, target / SUMMARY_CSV)
+    plotted = plot_curves(points, target / SUMMARY_PLOT)
+    print(format_table(rows))
+    print(f"wrote {SUMMARY_CSV}{' and ' + SUMMARY_PLOT if plotted else ''} to {target}; each point's own "
+          f"results: python -m hpcdl.jobs fetch POINT_ID")
+    return 0
+
+
 def cmd_fetch(args: argparse.Namespace) -> int:
     from hpcdl.store.files import METRICS, PLOT, RESULTS, RESULTS_DIR
     from hpcdl.store.job import Job
     from hpcdl.store.safety import copy_out
+    from hpcdl.store.sweeps import is_sweep
 
     job = Job.attach(args.id)
+    if is_sweep(job.refresh()):
+        return _fetch_sweep(job, args)
     result = job.result(timeout=0 if not args.wait else None)
     target = Path(args.to or job.id).resolve()
     target.mkdir(parents=True, exist_ok=True)
@@ -219,6 +287,7 @@ def parser() -> argparse.ArgumentParser:
     listing.add_argument("--state", help="only jobs in this state (RUNNING, FAILED, ...)")
     listing.add_argument("--name", help="only jobs whose name matches (substring or glob)")
     listing.add_argument("--limit", type=int, default=0, help="only the newest N")
+    listing.add_argument("--points", action="store_true", help="list each sweep's points too")
     listing.set_defaults(run=cmd_list)
     for verb, run, text in (("show", cmd_show, "everything known of a job"),
                             ("watch", cmd_watch, "live progress until the job ends"),

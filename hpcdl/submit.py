@@ -6,6 +6,7 @@
     python -m hpcdl.submit wait=true                        # follow the job, then print its result
     python -m hpcdl.submit entry=mypkg.train:main           # your function on every rank, given the config
     python -m hpcdl.submit script=train.py -- --lr 0.1      # your script on every rank, with its arguments
+    python -m hpcdl.submit -m training.learn_rate=0.1,0.01  # a sweep: one job array (Slurm) or runner (local)
 """
 
 from __future__ import annotations
@@ -24,9 +25,13 @@ def main(argv: list[str]) -> int:
     if (answered := help_or_cfg(argv, USAGE)) is not None:
         return answered
     if any(a in ("-m", "--multirun") for a in argv):
-        print("error: sweeps (-m) are not in this version of hpcdl yet; submit one job per setting",
-              file=sys.stderr)
-        return 2
+        from hpcdl.sweep.app import multirun
+
+        try:
+            return multirun(argv)
+        except HpcdlError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     from hpcdl.cluster import backend_for
     from hpcdl.config.compose import compose_config
     from hpcdl.plan import resolve

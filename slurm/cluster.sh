@@ -88,7 +88,8 @@ InactiveLimit=0
 KillWait=10
 MinJobAge=120
 MessageTimeout=20
-MaxArraySize=1001
+# MaxArraySize low, so that tests see a sweep split into several arrays (100 points still fit one)
+MaxArraySize=101
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 SlurmctldParameters=preempt_send_user_signal

@@ -182,7 +182,6 @@ def array_script(tasks: list[list[tuple[JobPlan, Path]]], sweep: Path, paralleli
         else:
             lines.append(f'srun --unbuffered --open-mode=append --output "$folder/slurm/%A_%a_%t_log.out" '
                          f'--error "$folder/slurm/%A_%a_%t_log.err" --kill-on-bad-exit=1 {worker}')
-        lines.insert(0, f'mkdir -p -m 700 {shlex.quote(str(root))}/"${{points[$SLURM_ARRAY_TASK_ID]}}"/slurm')
     parameters = {**sbatch_parameters(plan), "use_srun": False, "srun_args": None,
                   "job_name": f"{plan.name}-sweep"}
     return _make_sbatch_string(command="\n".join(lines), folder=sweep / "slurm", map_count=len(tasks),
@@ -291,6 +290,9 @@ class SlurmBackend:
         arrays = []
         for members in groups.values():
             tasks = [members[i:i + points_per_task] for i in range(0, len(members), points_per_task)]
+            if points_per_task == 1:  # the ranks log into the point's folder
+                for _, folder in members:
+                    (folder / "slurm").mkdir(mode=0o700, exist_ok=True)
             for first in range(0, len(tasks), limit):
                 chunk = tasks[first:first + limit]
                 script = sweep / "slurm" / f"array-{len(list((sweep / 'slurm').glob('array-*.sh')))}.sh"

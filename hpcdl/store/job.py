@@ -17,6 +17,7 @@ from hpcdl.store.folders import DAMAGED, JobRecord, find, load_record, read_json
 from hpcdl.store.safety import load_pickle, read_job_file
 from hpcdl.store.states import resolve_states
 from hpcdl.store.status import withdraw_final, write_final
+from hpcdl.store.sweeps import is_sweep, load_points
 
 POLL_S = 1.0
 
@@ -97,7 +98,11 @@ class Job:
 
     def cancel(self) -> None:
         """Cancel the job (no-op once it has ended): CANCELLED is recorded first, so that no rank ending
-        on the way (killed, failing, or completing) records anything else."""
+        on the way (killed, failing, or completing) records anything else. A sweep: each point that has
+        not ended, and its arrays (or runner)."""
+        if is_sweep(self._record):
+            self._cancel_sweep()
+            return
         if self.done() or not write_final(self.folder, "CANCELLED", reason="cancelled with hpcdl"):
             return
         if self._record.backend_id is None:  # still being submitted: the job finds CANCELLED when it starts
@@ -107,6 +112,17 @@ class Job:
         except BaseException:
             withdraw_final(self.folder)
             raise
+
+    def _cancel_sweep(self) -> None:
+        record = self.refresh()
+        if record.final:
+            return
+        points, _ = load_points(record, {})
+        for point in points:
+            write_final(point.folder, "CANCELLED", reason=f"sweep {record.id} cancelled with hpcdl")
+        backend = backend_for(record.backend)
+        for handed in filter(None, (record.backend_id or "").split(",")):
+            backend.cancel(JobRecord(record.folder, {**record.manifest, "backend_id": handed}, record.status))
 
     def result(self, timeout: Optional[float] = None) -> Any:
         """Wait, then return the result: the training summary, or the function's return value.

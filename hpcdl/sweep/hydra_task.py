@@ -18,7 +18,7 @@ def run_point(hydra_context: Any, task_function: Any, sweep_config: Any, singlet
     from hydra.core.singleton import Singleton
     from hydra.core.utils import JobStatus, run_job, setup_globals
 
-    from hpcdl.report import save_result
+    from hpcdl.reporting import save_result
 
     Singleton.set_state(singleton_state)
     setup_globals()

@@ -3,7 +3,7 @@
 Two kinds of app: hpcdl's own (``python -m hpcdl.submit -m``), whose points are hpcdl jobs composed and
 checked like any submit (built-in trainer or the user's entry/script); and a user's ``@hydra.main`` app,
 whose points run its task function on the cluster through Hydra's run_job. By default ``launch`` returns
-as soon as the scheduler has the points (their JobReturns are UNKNOWN); with ``wait`` it follows them and
+as soon as the scheduler has the points (each JobReturn holds its point's job id); with ``wait`` it follows them and
 returns each point's JobReturn, FAILED ones with their error, as result-driven sweepers need.
 """
 
@@ -27,9 +27,17 @@ from hpcdl.sweep.submit import Sweep, SweepOptions, SweepPoint, add_points, open
 log = logging.getLogger(__name__)
 
 
-def train_point(config: Any) -> None:
-    """The task of hpcdl's own app: never called; the launcher submits each point as an hpcdl job."""
-    raise RuntimeError("hpcdl's sweep points are submitted by hydra/launcher=hpcdl, never run in place")
+def own_app_task(script_args: Sequence[str], command: Sequence[str]) -> Callable[[Any], None]:
+    """The task function of hpcdl's own app (``python -m hpcdl.submit -m``): never called, for the launcher
+    submits each point as an hpcdl job; it carries the arguments after ``--`` for a script's points, and
+    the user's command line for the sweep's record."""
+
+    def train_point(config: Any) -> None:
+        raise RuntimeError("hpcdl's sweep points are submitted by hydra/launcher=hpcdl, never run in place")
+
+    train_point.hpcdl_script_args = tuple(script_args)  # type: ignore[attr-defined]
+    train_point.hpcdl_command = list(command)  # type: ignore[attr-defined]
+    return train_point
 
 
 def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[Any]:
@@ -40,21 +48,22 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
     setup_globals()
     config = launcher.config
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
-    own_app = launcher.task_function is train_point
+    own_app = hasattr(launcher.task_function, "hpcdl_script_args")
     profile = None if own_app else _profile(launcher.cluster, launcher.resources)
     points, configs = [], []
     for index, overrides in enumerate(job_overrides):
         num = initial_job_idx + index
         sweep_config = launcher.hydra_context.config_loader.load_sweep_config(config, list(overrides))
         _place(sweep_config, num)
-        plan = _own_plan(sweep_config, launcher.script_args) if own_app else resolve_function(
+        plan = _own_plan(sweep_config, launcher.task_function.hpcdl_script_args) if own_app else resolve_function(
             profile, str(sweep_config.hydra.job.name))
         points.append(SweepPoint(num=num, plan=plan, overrides=tuple(overrides)))
         configs.append(sweep_config)
     if launcher.sweep is None:
         from omegaconf import OmegaConf
 
-        launcher.sweep = open_sweep(points[0].plan, _sweep_name(config, own_app), sys.argv[1:],
+        command = launcher.task_function.hpcdl_command if own_app else sys.argv[1:]
+        launcher.sweep = open_sweep(points[0].plan, _sweep_name(config, own_app), command,
                                     OmegaConf.to_yaml(config))
     sweep: Sweep = launcher.sweep
     from hydra.core.singleton import Singleton
@@ -64,8 +73,11 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
     for point, sweep_config in zip(points, configs):
         from omegaconf import open_dict
 
-        with open_dict(sweep_config.hydra.job):
+        with open_dict(sweep_config.hydra):
             sweep_config.hydra.job.id = f"{sweep.id}_{point.num}"
+            if own_app:  # Hydra's record of the point goes into its job folder
+                sweep_config.hydra.sweep.dir = str(sweep.folder.parent)
+                sweep_config.hydra.sweep.subdir = sweep_config.hydra.job.id
         payload = None if own_app else _task_payload(launcher, sweep_config, state)
         ready.append(SweepPoint(num=point.num, plan=point.plan, overrides=point.overrides,
                                 hydra_files=_hydra_files(sweep_config), output_dir=_output_dir(sweep_config),
@@ -166,8 +178,10 @@ def _count(records: list[JobRecord]) -> dict[str, int]:
 
 
 def _job_return(job_return: type, point: SweepPoint, sweep_config: Any, record: Optional[JobRecord]) -> Any:
-    """Hydra's JobReturn of a point: UNKNOWN while it runs; the task's own once it ended (FAILED ones carry
-    the error); for hpcdl's own app, the training summary."""
+    """Hydra's JobReturn of a point: without waiting, COMPLETED with the point's job id as its value (Hydra's
+    sweeper reads every value); once it ended, the task's own (FAILED ones carry the error), or for hpcdl's
+    own app the training summary."""
+    point_id = str(sweep_config.hydra.job.id)
     from hydra.core.utils import JobStatus
     from omegaconf import open_dict
 
@@ -183,7 +197,8 @@ def _job_return(job_return: type, point: SweepPoint, sweep_config: Any, record: 
         del task["hydra"]
     result = job_return(overrides=list(point.overrides), cfg=task, hydra_cfg=sweep_config,
                         working_dir=point.output_dir, task_name=str(sweep_config.hydra.job.name))
-    if record is None:
+    if record is None:  # submitted, not waited for: the launch completed, its value is the point's job id
+        result.status, result._return_value = JobStatus.COMPLETED, f"{point_id}"
         return result
     if record.state == "COMPLETED":
         result.status = JobStatus.COMPLETED
