@@ -3,10 +3,20 @@ the sweep's record, summary and cancel, and bad input refused before anything is
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 from hydra.test_utils.launcher_common_tests import IntegrationTestSuite, LauncherTestSuite
+
+from hpcdl.host import is_running
+from hpcdl.store.folders import load_record
+from hpcdl.store.job import Job
+from tests.conftest import job_folders
 
 WAIT = ["hydra.launcher.wait=true", "hydra.launcher.poll_s=0.2"]
 
@@ -24,3 +34,63 @@ class TestHpcdlLauncher(LauncherTestSuite):
 @pytest.mark.parametrize("task_launcher_cfg, extra_flags", [({}, ["-m", "hydra/launcher=hpcdl", *WAIT])])
 class TestHpcdlLauncherIntegration(IntegrationTestSuite):
     """Hydra's integration suite: apps in their own process, run through the launcher."""
+
+
+def _submit(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hpcdl.submit", "-m", *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["training.max_epochs=1,2", "hydra.launcher.parallelism=0"], "parallelism: at least 1 point at once, got 0"),
+    (["training.max_epochs=1,2", "hydra.launcher.points_per_task=-1"], "points_per_task: at least 1, got -1"),
+    (["training.max_epoch=1,2"], "unknown option 'max_epoch' (did you mean 'max_epochs'?)"),
+    (["+training.max_epoch=1,2"], "unknown option 'max_epoch' (did you mean 'max_epochs'?)"),
+    (["training.max_epochs=1,0"], "training.max_epochs"),
+    (["cluster=local,slurm"], "a sweep runs on one cluster backend and store"),
+])
+def test_bad_sweeps_are_refused_before_anything_is_written(store: Path, overrides: list[str],
+                                                           message: str) -> None:
+    done = _submit(*overrides)
+    assert done.returncode == 2
+    assert message in done.stderr + done.stdout, done.stderr
+    assert job_folders(store) == []
+
+
+def test_local_points_run_at_once_in_the_background_and_the_sweep_is_one_record(store: Path) -> None:
+    started = time.monotonic()
+    done = _submit("training.max_epochs=1", "training.initial_learn_rate=0.1,0.05")
+    submit_s = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    sweep = re.search(r"Submitted sweep (\S+):", done.stdout).group(1)
+    assert Job.attach(sweep).wait(timeout=240) == "COMPLETED"
+    points = [load_record(store / f"{sweep}_{i}") for i in range(2)]
+    spans = [(p.status["started_at"], p.status["ended_at"]) for p in points]
+    assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1], spans  # they overlapped: run at once
+    assert submit_s < min(end - start for start, end in spans) + 5  # and it returned without waiting for them
+    listing = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "list"], capture_output=True, text=True).stdout
+    assert re.search(rf"^{sweep}\s+train\s+local\s+COMPLETED\s+2/2 done: 2 COMPLETED", listing, re.M), listing
+    assert f"{sweep}_0" not in listing
+    for point in points:
+        hydra = point.folder / ".hydra"
+        assert yaml.safe_load((hydra / "overrides.yaml").read_text())[-1].startswith("training.initial_learn_rate=")
+        assert yaml.safe_load((hydra / "hydra.yaml").read_text())["hydra"]["job"]["id"] == point.id
+        assert point.manifest["output_dir"] == str(point.folder)
+
+
+def test_cancelling_a_local_sweep_ends_its_running_and_waiting_points(store: Path) -> None:
+    done = _submit("training.max_epochs=50", "training.initial_learn_rate=0.1,0.05,0.02,0.01",
+                   "hydra.launcher.parallelism=1")
+    sweep = re.search(r"Submitted sweep (\S+):", done.stdout).group(1)
+    job = Job.attach(sweep)
+    deadline = time.monotonic() + 60
+    while job.state != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    job.cancel()
+    assert job.wait(timeout=60) == "CANCELLED"
+    assert {load_record(store / f"{sweep}_{i}").state for i in range(4)} == {"CANCELLED"}
+    runner = job.manifest["backend_id"]
+    deadline = time.monotonic() + 30
+    while is_running(runner) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not is_running(runner)

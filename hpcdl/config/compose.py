@@ -119,7 +119,7 @@ def compose_config(overrides: Sequence[str] = (), config_dir: Path = CONF_DIR) -
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
             composed = compose("config", overrides=searchpath_overrides() + target_overrides(overrides))
     except (HydraException, OmegaConfBaseException, ValueError) as e:
-        raise _config_error(e) from e
+        raise config_error(e) from e
     return config_from_composed(composed)
 
 
@@ -150,10 +150,10 @@ def config_from_composed(composed: Any) -> Config:
     except ConfigError:
         raise
     except (HydraException, OmegaConfBaseException, ValueError) as e:
-        raise _config_error(e) from e
+        raise config_error(e) from e
 
 
-def _config_error(error: BaseException) -> ConfigError:
+def config_error(error: BaseException) -> ConfigError:
     """The ConfigError to raise for a Hydra or OmegaConf error: the section's own, or a clear message."""
     if isinstance(error.__cause__, ConfigError):
         return error.__cause__

@@ -6,6 +6,7 @@ targets), then submitted with the others as one sweep; the command returns once 
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -16,8 +17,10 @@ from hpcdl.errors import ConfigError
 def multirun(argv: list[str]) -> int:
     """Run the sweep ``argv`` describes (``-m`` and Hydra's sweep syntax); Hydra's exit status."""
     import hydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
-    from hpcdl.config.compose import CONF_DIR, register_configs, searchpath_overrides
+    from hpcdl.config.compose import CONF_DIR, config_error, register_configs, searchpath_overrides
     from hpcdl.config.targets import target_overrides
     from hpcdl.sweep.launch import own_app_task
 
@@ -31,14 +34,22 @@ def multirun(argv: list[str]) -> int:
     launcher = ["hydra/launcher=hpcdl"] + [f"hydra.launcher.wait={o.partition('=')[2]}" for o in waiting]
     register_configs()
     scratch = tempfile.mkdtemp(prefix="hpcdl-multirun-")  # Hydra's own multirun.yaml; the store keeps a copy
-    saved_argv = sys.argv
+    saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv = ["hpcdl.submit", "-m", *launcher, f"hydra.sweep.dir={scratch}", "hydra.output_subdir=null",
                 *searchpath_overrides(), *target_overrides(overrides)]
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # errors come out of Hydra as exceptions, reported as submit's own
+    app = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
     try:
-        hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(own_app_task(script_args, argv))()
+        app(own_app_task(script_args, argv))()
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 1
+    except (HydraException, OmegaConfBaseException) as e:
+        raise config_error(e) from e
     finally:
         sys.argv = saved_argv
+        if saved_full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = saved_full_error
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

@@ -117,12 +117,12 @@ def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions
 
     If anything fails, the points written here are removed and the sweep's manifest is as it was.
     """
-    check_points(points, options)
-    root, backend = sweep.folder.parent, backend_for(points[0].plan.cluster.backend)
-    runner = backend.name == "local" or options.points_per_task > 1
-    before = dict(sweep.manifest)
+    root, before = sweep.folder.parent, dict(sweep.manifest)
     created: list[Path] = []
     try:
+        check_points(points, options)
+        backend = backend_for(points[0].plan.cluster.backend)
+        runner = backend.name == "local" or options.points_per_task > 1
         code = sweep.manifest.get("snapshot")
         if code is None and any(runs_user_code(p.plan) for p in points):
             code = take_snapshot(Path.cwd(), sweep.folder, points[0].plan.cluster.snapshot_limit_mb)

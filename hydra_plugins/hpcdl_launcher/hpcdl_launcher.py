@@ -48,7 +48,6 @@ class HpcdlLauncher(Launcher):
         self.resources = dict(OmegaConf.to_container(resources) if OmegaConf.is_config(resources)
                               else resources or {})
         self.parallelism, self.points_per_task = parallelism, points_per_task
-        self.script_args: Sequence[str] = ()
         self.config: Any = None
         self.hydra_context: Any = None
         self.task_function: Any = None
