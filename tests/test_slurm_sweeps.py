@@ -128,3 +128,19 @@ def test_a_sweep_above_max_array_size_is_split_and_cancelled_as_one(store: Path,
         cancelled = _cli("hpcdl.jobs", "cancel", sweep).stdout
     assert "state now CANCELLED" in cancelled, cancelled
     assert not subprocess.run(["squeue", "-h", "-j", ",".join(arrays)], capture_output=True, text=True).stdout.strip()
+
+
+def test_packed_points_share_an_array_task_and_run_there_at_once(store: Path) -> None:
+    done = _cli("hpcdl.submit", "-m", "cluster=slurm", "cluster.cpus_per_task=2", "training.max_epochs=1",
+                "training.seed=range(4)", "hydra.launcher.points_per_task=2", "hydra.launcher.wait=true",
+                "hydra.launcher.poll_s=0.5")
+    sweep = re.search(r"Submitted sweep (\S+):", done.stdout).group(1)
+    points = [_manifest(store, f"{sweep}_{i}") for i in range(4)]
+    array = _manifest(store, sweep)["backend_id"]
+    assert [p["backend_id"] for p in points] == [f"{array}_0", f"{array}_0", f"{array}_1", f"{array}_1"]
+    spans = [(s["started_at"], s["ended_at"]) for s in
+             (json.loads((store / f"{sweep}_{i}" / "final.json").read_text()) | json.loads(
+                 (store / f"{sweep}_{i}" / "status.json").read_text()) for i in range(4))]
+    for first, second in ((0, 1), (2, 3)):  # the two points of a task overlapped: they ran at once
+        assert spans[first][0] < spans[second][1] and spans[second][0] < spans[first][1], spans
+    assert "4/4 done: 4 COMPLETED" in _cli("hpcdl.jobs", "list").stdout

@@ -311,7 +311,10 @@ class SlurmBackend:
         Returns None when Slurm cannot be asked at all; jobs missing from the answer have ended
         without the scheduler remembering how.
         """
-        ids = {r.backend_id: r.id for r in records if r.backend_id}
+        ids: dict[str, list[str]] = {}  # points packed into one array task share its id
+        for record in records:
+            if record.backend_id:
+                ids.setdefault(record.backend_id, []).append(record.id)
         try:  # -r: one line per array task, pending ones too
             queue = _run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T"])
         except SubmissionError:
@@ -319,9 +322,8 @@ class SlurmBackend:
         live: dict[str, str] = {}
         for line in queue.splitlines():
             slurm_id, state = line.strip().split("|")
-            if slurm_id in ids:
-                live[ids[slurm_id]] = state
-        gone = [slurm_id for slurm_id, job in ids.items() if job not in live]
+            live.update({job: state for job in ids.get(slurm_id, [])})
+        gone = [slurm_id for slurm_id, jobs in ids.items() if jobs[0] not in live]
         if gone:
             try:
                 history = _run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(gone)])
@@ -329,8 +331,7 @@ class SlurmBackend:
                 history = ""
             for line in history.splitlines():
                 slurm_id, state = line.strip().split("|")[:2]
-                if slurm_id in ids:
-                    live[ids[slurm_id]] = state.split()[0]
+                live.update({job: state.split()[0] for job in ids.get(slurm_id, [])})
         return live
 
     def cancel(self, record: JobRecord) -> None:

@@ -1,4 +1,4 @@
-"""python -m hpcdl.sweep.runner SWEEP_FOLDER POINT...: run a sweep's points several at once (MATLAB's parfeval).
+"""python -m hpcdl.sweep.runner SWEEP_FOLDER POINT... [--packed]: run points several at once (MATLAB's parfeval).
 
 It runs the points of a local sweep in the background, and the points packed into one Slurm array task
 (``points_per_task``) inside that task's allocation. At most ``slots`` points run at once: one per GPU when
@@ -133,26 +133,17 @@ def _signal_group(process: subprocess.Popen, signum: int) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpcdl.sweep.runner", description=__doc__.splitlines()[0])
     parser.add_argument("sweep", type=Path, help="the sweep's folder in the store")
-    parser.add_argument("points", nargs="*", help="the points' ids (default: from --first/--count)")
+    parser.add_argument("points", nargs="+", help="the points' ids (folders beside the sweep's)")
     parser.add_argument("--limit", type=int, default=None, help="at most this many points at once")
     parser.add_argument("--cpus-per-point", type=int, default=1)
-    parser.add_argument("--packed", type=int, default=0,
-                        help="a Slurm array task: run points TASK*N .. TASK*N+N-1 after --first")
-    parser.add_argument("--first", type=int, default=0)
+    parser.add_argument("--packed", action="store_true",
+                        help="the points of one Slurm array task, run inside its allocation")
     args = parser.parse_args(argv)
     sweep = args.sweep.resolve()
-    points = args.points
-    if args.packed:
-        manifest = read_json(sweep / MANIFEST) or {}
-        all_points = manifest.get("points", [])
-        start = args.first + int(os.environ["SLURM_ARRAY_TASK_ID"]) * args.packed
-        points = all_points[start:start + args.packed]
-        cpus = int(os.environ.get("SLURM_CPUS_ON_NODE", len(os.sched_getaffinity(0))))
-    else:
-        cpus = len(os.sched_getaffinity(0))
+    cpus = int(os.environ["SLURM_CPUS_ON_NODE"]) if args.packed else len(os.sched_getaffinity(0))
     gpus = visible_gpus()
     slots, threads = slot_plan(cpus, gpus, args.cpus_per_point, args.limit)
-    runner = Runner([sweep.parent / p for p in points], slots, threads, gpus, packed=bool(args.packed))
+    runner = Runner([sweep.parent / p for p in args.points], slots, threads, gpus, packed=args.packed)
     for signum in (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT):
         signal.signal(signum, runner.forward)
     return runner.run()

@@ -17,7 +17,7 @@ from hpcdl.config.secrets import check_no_secret_values
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.plan import JobPlan
 from hpcdl.snapshot import take_snapshot
-from hpcdl.store.atomic import atomic_save, atomic_write_text, make_folder
+from hpcdl.store.atomic import atomic_save, atomic_write_text
 from hpcdl.store.files import FUNCTION, MANIFEST
 from hpcdl.store.folders import (JobRecord, load_record, new_job_folder, new_named_folder, remember_root,
                                  remove_job_folder, store_root, write_json)
@@ -169,7 +169,7 @@ def _write_point_files(folder: Path, point: SweepPoint) -> None:
 
         atomic_save(folder / FUNCTION, lambda f: cloudpickle.dump(point.payload, f))
     if point.hydra_files:
-        make_folder(folder / HYDRA_FOLDER)
+        (folder / HYDRA_FOLDER).mkdir(mode=0o700)
         for name, text in point.hydra_files.items():
             atomic_write_text(folder / HYDRA_FOLDER / name, text)
 
