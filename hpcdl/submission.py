@@ -22,7 +22,7 @@ from hpcdl.snapshot import take_snapshot
 from hpcdl.store.job import Job
 
 
-def _git_commit(cwd: Path) -> Optional[dict[str, Any]]:
+def git_commit(cwd: Path) -> Optional[dict[str, Any]]:
     """The commit (and whether the tree is dirty) of the code the job was submitted from."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5)
@@ -43,12 +43,13 @@ def runs_user_code(plan: JobPlan) -> bool:
 
 
 def job_manifest(job_id: str, plan: JobPlan, overrides: Sequence[str], code: Optional[dict[str, Any]],
-                 **extra: Any) -> dict[str, Any]:
-    """A job's manifest: its plan, overrides, code snapshot, when, from where, at which commit."""
+                 git: Optional[dict[str, Any]] = None, **extra: Any) -> dict[str, Any]:
+    """A job's manifest: its plan, overrides, code snapshot, when, from where, at which commit (``git``:
+    already asked, for a sweep's points)."""
     return {
         "snapshot": code, "id": job_id, "name": plan.name, "kind": plan.kind, "profile": plan.cluster.name,
         "plan": plan.to_dict(), "overrides": list(overrides), "submitted_at": time.time(),
-        "git": _git_commit(Path.cwd()),
+        "git": git if git is not None else git_commit(Path.cwd()),
         "submitted_from": {"cwd": os.getcwd(), "host": os.uname().nodename, "process": process_id(os.getpid())},
         **extra,
     }

@@ -9,17 +9,25 @@ its JobReturn (status FAILED) is kept as the job's result, for Hydra's returns.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 
-def run_point(hydra_context: Any, task_function: Any, sweep_config: Any, singleton_state: Any,
-              submit_cwd: str) -> Any:
-    """Run ``task_function`` on the point's config through Hydra's run_job; returns its JobReturn."""
+def run_point(sweep_id: str, shared: str, sweep_config: Any, submit_cwd: str) -> Any:
+    """Run the task on the point's config through Hydra's run_job; returns its JobReturn.
+
+    ``shared`` names the file in the sweep's folder that holds what the batch's points share: Hydra's
+    context, the task function and Hydra's global state (read as every job file is: hpcdl.store.safety).
+    """
     from hydra.core.singleton import Singleton
     from hydra.core.utils import JobStatus, run_job, setup_globals
 
     from hpcdl.reporting import save_result
+    from hpcdl.store.safety import check_job_key, load_pickle
 
+    check_job_key(sweep_id)
+    hydra_context, task_function, singleton_state = load_pickle(
+        Path(os.environ["HPCDL_JOB_FOLDER"]).parent / sweep_id, shared)
     Singleton.set_state(singleton_state)
     setup_globals()
     os.chdir(submit_cwd)

@@ -22,6 +22,7 @@ from hpcdl.plan import JobPlan, resolve, resolve_function
 from hpcdl.store.files import FUNCTION_RESULT, RESULT
 from hpcdl.store.folders import JobRecord, read_json
 from hpcdl.store.safety import load_pickle
+from hpcdl.sweep.hydra_task import run_point
 from hpcdl.sweep.submit import Sweep, SweepOptions, SweepPoint, add_points, open_sweep
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
     points, configs = [], []
     for index, overrides in enumerate(job_overrides):
         num = initial_job_idx + index
-        sweep_config = launcher.hydra_context.config_loader.load_sweep_config(config, list(overrides))
+        sweep_config = composed_sweep_config(launcher.hydra_context.config_loader, config, overrides)
         _place(sweep_config, num)
         plan = _own_plan(sweep_config, launcher.task_function.hpcdl_script_args) if own_app else resolve_function(
             profile, str(sweep_config.hydra.job.name))
@@ -66,9 +67,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
         launcher.sweep = open_sweep(points[0].plan, _sweep_name(config, own_app), command,
                                     OmegaConf.to_yaml(config))
     sweep: Sweep = launcher.sweep
-    from hydra.core.singleton import Singleton
-
-    state = Singleton.get_state()
+    shared = None if own_app else _share_task(launcher, sweep, initial_job_idx)
     ready = []
     for point, sweep_config in zip(points, configs):
         from omegaconf import open_dict
@@ -78,16 +77,55 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
             if own_app:  # Hydra's record of the point goes into its job folder
                 sweep_config.hydra.sweep.dir = str(sweep.folder.parent)
                 sweep_config.hydra.sweep.subdir = sweep_config.hydra.job.id
-        payload = None if own_app else _task_payload(launcher, sweep_config, state)
+        payload = None if own_app else (run_point, (sweep.id, shared, sweep_config, os.getcwd()), {})
         ready.append(SweepPoint(num=point.num, plan=point.plan, overrides=point.overrides,
                                 hydra_files=_hydra_files(sweep_config), output_dir=_output_dir(sweep_config),
                                 payload=payload))
     records = add_points(sweep, ready, options)
     _announce(sweep, records, launcher.wait)
-    if not launcher.wait:
-        return [_job_return(JobReturn, point, cfg, None) for point, cfg in zip(ready, configs)]
-    finished = _follow(records, launcher.poll_s)
+    finished = _follow(records, launcher.poll_s) if launcher.wait else [None] * len(records)
     return [_job_return(JobReturn, point, cfg, record) for point, cfg, record in zip(ready, configs, finished)]
+
+
+REMEMBERED_CONFIGS = 2000
+"""At most this many sweep configs composed while Hydra validates a batch are kept for launch to use."""
+
+
+def remember_sweep_configs(loader: Any) -> None:
+    """Keep the sweep configs Hydra's sweeper composes to validate a batch, so that launch does not compose
+    each point twice (composition is most of a large sweep's submission time)."""
+    if hasattr(loader, "hpcdl_composed"):
+        return
+    compose = loader.load_sweep_config
+    loader.hpcdl_composed = {}
+
+    def load_sweep_config(master_config: Any, sweep_overrides: list[str]) -> Any:
+        config = compose(master_config, sweep_overrides)
+        if len(loader.hpcdl_composed) < REMEMBERED_CONFIGS:
+            loader.hpcdl_composed[(id(master_config), tuple(sweep_overrides))] = config
+        return config
+
+    loader.load_sweep_config = load_sweep_config
+
+
+def composed_sweep_config(loader: Any, master_config: Any, overrides: Sequence[str]) -> Any:
+    """A point's sweep config: the one Hydra composed while validating the batch, else composed now."""
+    remembered = getattr(loader, "hpcdl_composed", {}).pop((id(master_config), tuple(overrides)), None)
+    return remembered if remembered is not None else loader.load_sweep_config(master_config, list(overrides))
+
+
+def _share_task(launcher: Any, sweep: Sweep, first_num: int) -> str:
+    """Store what every point of this batch shares (Hydra's context, the task, Hydra's global state) once in
+    the sweep's folder; its file name."""
+    import cloudpickle
+    from hydra.core.singleton import Singleton
+
+    from hpcdl.store.atomic import atomic_save
+
+    name = f"hydra-task-{first_num}.pkl"
+    shared = (_without_memory(launcher.hydra_context), launcher.task_function, Singleton.get_state())
+    atomic_save(sweep.folder / name, lambda f: cloudpickle.dump(shared, f))
+    return name
 
 
 def _profile(cluster: str, resources: dict[str, Any]) -> Any:
@@ -120,22 +158,31 @@ def _output_dir(sweep_config: Any) -> str:
     return os.path.join(str(sweep_config.hydra.sweep.dir), str(sweep_config.hydra.sweep.subdir))
 
 
+def _without_memory(hydra_context: Any) -> Any:
+    """Hydra's context with its config loader as Hydra made it (remember_sweep_configs' additions left out)."""
+    from hydra.types import HydraContext
+
+    loader = copy.copy(hydra_context.config_loader)
+    for added in ("load_sweep_config", "hpcdl_composed"):
+        loader.__dict__.pop(added, None)
+    return HydraContext(config_loader=loader, callbacks=hydra_context.callbacks)
+
+
+def _task_config(sweep_config: Any) -> Any:
+    """The point's config without Hydra's node (what its task sees)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.masked_copy(sweep_config, [key for key in sweep_config if key != "hydra"])
+
+
 def _hydra_files(sweep_config: Any) -> dict[str, str]:
     """Hydra's .hydra/ record of a point: its config, Hydra's config and its overrides."""
-    from omegaconf import OmegaConf, open_dict
+    from omegaconf import OmegaConf
 
-    task = copy.deepcopy(sweep_config)
-    with open_dict(task):
-        del task["hydra"]
-    return {"config.yaml": OmegaConf.to_yaml(task),
-            "hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": sweep_config.hydra})),
+    hydra = OmegaConf.to_yaml(sweep_config.hydra)
+    return {"config.yaml": OmegaConf.to_yaml(_task_config(sweep_config)),
+            "hydra.yaml": "hydra:\n" + "".join(f"  {line}\n" for line in hydra.splitlines()),
             "overrides.yaml": OmegaConf.to_yaml(sweep_config.hydra.overrides.task)}
-
-
-def _task_payload(launcher: Any, sweep_config: Any, state: Any) -> tuple[Callable, tuple, dict]:
-    from hpcdl.sweep.hydra_task import run_point
-
-    return run_point, (launcher.hydra_context, launcher.task_function, sweep_config, state, os.getcwd()), {}
 
 
 def _sweep_name(config: Any, own_app: bool) -> str:
@@ -183,7 +230,6 @@ def _job_return(job_return: type, point: SweepPoint, sweep_config: Any, record: 
     own app the training summary."""
     point_id = str(sweep_config.hydra.job.id)
     from hydra.core.utils import JobStatus
-    from omegaconf import open_dict
 
     if record is not None and record.manifest["kind"] == "function":
         try:
@@ -192,9 +238,7 @@ def _job_return(job_return: type, point: SweepPoint, sweep_config: Any, record: 
                 return returned
         except (OSError, ValueError, Exception):  # noqa: BLE001 - a point killed before it returned
             pass
-    task = copy.deepcopy(sweep_config)
-    with open_dict(task):
-        del task["hydra"]
+    task = _task_config(sweep_config)
     result = job_return(overrides=list(point.overrides), cfg=task, hydra_cfg=sweep_config,
                         working_dir=point.output_dir, task_name=str(sweep_config.hydra.job.name))
     if record is None:  # submitted, not waited for: the launch completed, its value is the point's job id

@@ -127,13 +127,14 @@ def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions
         if code is None and any(runs_user_code(p.plan) for p in points):
             code = take_snapshot(Path.cwd(), sweep.folder, points[0].plan.cluster.snapshot_limit_mb)
             sweep.manifest["snapshot"] = code
-        manifests = []
+        manifests, git = [], sweep.manifest.get("git") or {}  # asked once, for the sweep
         for point in points:
             folder = new_named_folder(root, f"{sweep.id}_{point.num}")
             created.append(folder)
             _write_point_files(folder, point)
             shared = {**code, "in": sweep.id} if code and runs_user_code(point.plan) else None
-            manifest = job_manifest(folder.name, point.plan, point.overrides, shared, output_dir=point.output_dir,
+            manifest = job_manifest(folder.name, point.plan, point.overrides, shared, git,
+                                    output_dir=point.output_dir,
                                     sweep={"id": sweep.id, "num": point.num, "overrides": list(point.overrides),
                                            "runner": runner})
             write_json(folder / MANIFEST, manifest)

@@ -54,7 +54,10 @@ class HpcdlLauncher(Launcher):
         self.sweep: Any = None
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
+        from hpcdl.sweep.launch import remember_sweep_configs
+
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+        remember_sweep_configs(hydra_context.config_loader)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[Any]:
         from hpcdl.sweep.launch import launch
