@@ -28,7 +28,7 @@ from hpcdl.host import end_own_job
 from hpcdl.plan import JobPlan
 from hpcdl.snapshot import run_from_snapshot
 from hpcdl.store.atomic import atomic_save, make_folder, remove_stale_temporaries
-from hpcdl.store.files import (FINAL, FUNCTION, FUNCTION_RESULT, MANIFEST, METRICS, RANK_RESULTS, RANKS_DONE,
+from hpcdl.store.files import (FINAL, FUNCTION, FUNCTION_RESULT, LOGS, MANIFEST, METRICS, RANK_RESULTS, RANKS_DONE,
                                STATUS)
 from hpcdl.store.folders import read_json
 from hpcdl.store.safety import check_store, load_pickle
@@ -119,7 +119,7 @@ def _launch_ranks(path: Path, plan: JobPlan) -> None:
         code = subprocess.call([*plan.cluster.mpirun, "-n", str(world), *rank_command])
         failure = f"mpirun -n {world} exited with code {code}"
     else:
-        code, failure = launch_local(rank_command, world)
+        code, failure = launch_local(rank_command, world, logs=make_folder(path / LOGS))
     if code != 0:  # a rank that failed with a traceback has recorded FAILED first, and that holds
         write_final(path, "FAILED", reason=failure)
         sys.exit(1)

@@ -29,8 +29,10 @@ def test_a_torchrun_style_script_runs_on_two_ranks_with_its_arguments(store: Pat
                      "--", "--steps", "4", "--lr", "0.05")
     assert _cli(user, "hpcdl.jobs", "wait", job_id, "--timeout", "240").stdout.strip() == "COMPLETED", \
         _cli(user, "hpcdl.jobs", "show", job_id).stdout
-    logs = _cli(user, "hpcdl.jobs", "logs", job_id).stdout
-    assert "script rank 0 of 2 local 0: sum 3 lr 0.05" in logs and "script rank 1 of 2 local 1: sum 3 lr 0.05" in logs
+    for rank in (0, 1):  # each rank's output on its own
+        logs = _cli(user, "hpcdl.jobs", "logs", job_id, "--rank", str(rank)).stdout
+        assert f"script rank {rank} of 2 local {rank}: sum 3 lr 0.05" in logs, logs
+        assert f"script rank {1 - rank} of 2" not in logs, logs
     watched = _cli(user, "hpcdl.jobs", "watch", job_id).stdout
     assert "iter 4 loss" in watched and "COMPLETED" in watched
     listing = _cli(user, "hpcdl.jobs", "list").stdout

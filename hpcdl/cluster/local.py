@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from hpcdl.distributed.launch import rank_log
 from hpcdl.errors import HpcdlError, SubmissionError
 from hpcdl.host import host_key, is_running, process_id, session_members, signal_session
 from hpcdl.plan import JobPlan
@@ -130,5 +131,9 @@ class LocalBackend:
         signal_session(session, signal.SIGKILL)
 
     def log_path(self, record: JobRecord, rank: int, stream: str) -> Path:
-        """stdout.log or stderr.log of the job (local jobs have one rank)."""
+        """Rank ``rank``'s stdout or stderr: its own file when the launcher started several ranks (MPI's
+        mpirun writes them all to the job's), else the job's stdout.log or stderr.log."""
+        plan = record.plan
+        if plan.get("world_size", 1) > 1 and not plan.get("mpi"):
+            return rank_log(record.folder / LOGS, rank, stream)
         return record.folder / LOGS / f"{stream}.log"

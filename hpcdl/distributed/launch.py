@@ -7,10 +7,12 @@ terminated at once and the launcher names that rank.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 from typing import Optional, Sequence
 
 from hpcdl.distributed.env import free_port
@@ -19,15 +21,27 @@ POLL_S = 0.1
 TERMINATE_WAIT_S = 10.0
 
 
-def launch_local(command: Sequence[str], nprocs: int, env: Optional[dict[str, str]] = None) -> tuple[int, str]:
-    """Run ``command`` as ``nprocs`` ranks; returns (0, "") or (1, which rank failed and how)."""
+def rank_log(logs: Path, rank: int, stream: str) -> Path:
+    """Where rank ``rank``'s stdout or stderr goes when the launcher is given a logs folder."""
+    return logs / f"rank{rank}.{stream}.log"
+
+
+def launch_local(command: Sequence[str], nprocs: int, env: Optional[dict[str, str]] = None,
+                 logs: Optional[Path] = None) -> tuple[int, str]:
+    """Run ``command`` as ``nprocs`` ranks; returns (0, "") or (1, which rank failed and how).
+
+    With ``logs``, each rank writes its stdout and stderr to files of its own there (``rank_log``).
+    """
     port = str(free_port())
     processes = []
-    for rank in range(nprocs):
-        rank_env = {**os.environ, **(env or {}), "RANK": str(rank), "WORLD_SIZE": str(nprocs),
-                    "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(nprocs), "MASTER_ADDR": "127.0.0.1",
-                    "MASTER_PORT": port}
-        processes.append(subprocess.Popen(list(command), env=rank_env))
+    with contextlib.ExitStack() as files:
+        for rank in range(nprocs):
+            rank_env = {**os.environ, **(env or {}), "RANK": str(rank), "WORLD_SIZE": str(nprocs),
+                        "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(nprocs), "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": port}
+            out, err = ((files.enter_context(open(rank_log(logs, rank, stream), "ab"))
+                         for stream in ("stdout", "stderr")) if logs is not None else (None, None))
+            processes.append(subprocess.Popen(list(command), env=rank_env, stdout=out, stderr=err))
     forward = lambda signum, _frame: [p.send_signal(signum) for p in processes if p.poll() is None]  # noqa: E731
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGUSR2)}
     try:
