@@ -44,6 +44,10 @@ def main(argv: list[str]) -> int:
         config = compose_config(overrides)
         plan = resolve(config, script_args=script_args)
         profile = plan.cluster
+        if config.check_build and plan.kind == "train":
+            from hpcdl.train.job import check_build
+
+            check_build(config)
         if config.dry_run:
             backend = backend_for(profile.backend)
             note = backend.check(plan, dry_run=True)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.conftest import job_folders
@@ -73,6 +74,21 @@ def test_a_target_that_does_not_import_is_refused_before_submission(store: Path,
     assert done.returncode == 2
     assert "data.count: mynets.make_blobs takes no argument 'count'" in done.stderr
     assert "data: mynets.make_blobs needs n" not in done.stderr
+    assert job_folders(store) == []
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["+model.hidden=-1", "+data.n=30"], "model: building mynets.MyNet failed: RuntimeError: "),
+    (["+model.hidden=4", "+data.n=-5"], "data: building mynets.make_blobs failed: RuntimeError: "),
+])
+def test_check_build_refuses_a_constructor_that_rejects_its_arguments(store: Path, tmp_path: Path,
+                                                                      overrides: list[str], message: str) -> None:
+    user = write_user_code(tmp_path / "user")
+    parts = ["model._target_=mynets.MyNet", "data._target_=mynets.make_blobs", *overrides]
+    assert _cli(user, "hpcdl.submit", *parts, "dry_run=true").returncode == 0  # not built unless asked
+    done = _cli(user, "hpcdl.submit", *parts, "check_build=true")
+    assert done.returncode == 2
+    assert message in done.stderr, done.stderr
     assert job_folders(store) == []
 
 

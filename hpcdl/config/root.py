@@ -37,6 +37,9 @@ class Config:
     """python -m hpcdl.submit: print the exact job script and environment, submit nothing."""
     wait: bool = False
     """python -m hpcdl.submit: follow the job with a progress bar until it ends, then print its result."""
+    check_build: bool = False
+    """python -m hpcdl.submit: build the dataset and the network once on this machine's CPU first, so that a
+    constructor refusing its arguments is refused here, not on the node (costs the build)."""
     entry: Optional[str] = None
     """Your function to run on every rank instead of the built-in trainer (mypkg.train:main), given the Config."""
     script: Optional[str] = None

@@ -142,7 +142,12 @@ def _own_plan(sweep_config: Any, script_args: Sequence[str]) -> JobPlan:
     from hpcdl.config.compose import config_from_composed
 
     config = config_from_composed(sweep_config)
-    return resolve(config, script_args=script_args)
+    plan = resolve(config, script_args=script_args)
+    if config.check_build and plan.kind == "train":
+        from hpcdl.train.job import check_build
+
+        check_build(config)
+    return plan
 
 
 def _place(sweep_config: Any, num: int) -> None:

@@ -18,6 +18,7 @@ from torch.utils.data import Dataset, random_split
 
 from hpcdl.store.atomic import atomic_save, atomic_write_text, make_folder
 from hpcdl.config.compose import config_to_dict
+from hpcdl.errors import ConfigError
 from hpcdl.config import Config, ModelConfig
 from hpcdl.config.fields import restore
 from hpcdl.config.model import MODEL_SUPPLIES
@@ -93,6 +94,29 @@ def network_for(model: ModelConfig, shape: dict[str, Any]) -> nn.Module:
                          f"{', '.join(missing)} (give your dataset a classes attribute, or use your own network)")
     return build_model(model.name, in_channels=shape["in_channels"], num_classes=shape["num_classes"],
                        width=model.width, dropout=model.dropout, image_size=tuple(shape["image_size"]))
+
+
+def check_build(config: Config) -> None:
+    """Build the training data and the network once, here, on the CPU; ConfigError naming the section whose
+    constructor failed, with its error (python -m hpcdl.submit check_build=true)."""
+    try:
+        train_view, _ = training_data(config)
+        shape = network_shape(train_view)
+    except Exception as e:  # the user's dataset may raise anything
+        raise ConfigError(f"data: building {config.data._target_} failed: {_own_error(e)}") from e
+    try:
+        network_for(config.model, shape)
+    except Exception as e:  # the user's network may raise anything
+        raise ConfigError(f"model: building {config.model._target_} failed: {_own_error(e)}") from e
+
+
+def _own_error(error: BaseException) -> str:
+    """The constructor's own error, out of Hydra's InstantiationException around it."""
+    from hydra.errors import InstantiationException
+
+    while isinstance(error, InstantiationException) and error.__cause__ is not None:
+        error = error.__cause__
+    return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
 
 
 def run_training(config: Config, folder: str | Path) -> dict[str, Any]:
