@@ -62,9 +62,13 @@ def _sweep_row(sweep: "JobRecord", points: list["JobRecord"]) -> tuple[str, ...]
     """A sweep's line: its points counted by state, the best validation accuracy among them."""
     from hpcdl.store.follow import progress
 
-    best = [v for v in (progress(p).get("best_validation_accuracy") for p in points) if v is not None]
+    best = []
+    for point in points:
+        with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):  # a damaged point: no value
+            best.append(progress(point).get("best_validation_accuracy"))
+    best = [b for b in best if isinstance(b, (int, float))]
     ended = [p.status.get("ended_at") for p in points]
-    last = max(ended) if ended and None not in ended else time.time()
+    last = max(ended) if ended and all(isinstance(e, (int, float)) for e in ended) else time.time()
     done = sum(p.final for p in points)
     return (sweep.id, sweep.manifest["name"], sweep.manifest["profile"], sweep.state,
             f"{done}/{len(points)} done: {sweep.reason}", _clock(last - sweep.manifest["submitted_at"]),
@@ -84,12 +88,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         records = [r for r in records if fnmatch.fnmatch(str(r.manifest.get("name", "")), args.name)
                    or args.name in str(r.manifest.get("name", ""))]
     resolve_states(records)
-    if args.state:
-        records = [r for r in records if r.state == args.state.upper()]
     points: dict[str, list[JobRecord]] = {r.id: [] for r in records if is_sweep(r)}
-    for record in records:
+    for record in records:  # before any filter: a sweep's counts are of all its points
         if sweep_id_of(record) in points:
             points[sweep_id_of(record)].append(record)
+    if args.state:
+        records = [r for r in records if r.state == args.state.upper()]
     shown = [r for r in records if args.points or sweep_id_of(r) not in points]
     rows = [("ID", "NAME", "PROFILE", "STATE", "PROGRESS", "ELAPSED", "BEST VAL", "SCHEDULER ID")]
     rows += [_sweep_row(r, points[r.id]) if r.id in points and r.state != DAMAGED else _row(r)
@@ -234,8 +238,11 @@ def _fetch_sweep(job: Any, args: argparse.Namespace) -> int:
     rows = summary(points)
     target = Path(args.to or job.id).resolve()
     target.mkdir(parents=True, exist_ok=True)
-    write_csv(rows, target / SUMMARY_CSV)
-    plotted = plot_curves(points, target / SUMMARY_PLOT)
+    try:
+        write_csv(rows, target / SUMMARY_CSV)
+        plotted = plot_curves(points, target / SUMMARY_PLOT)
+    except OSError as e:  # ELOOP: a link planted where the summary goes is never written through
+        raise HpcdlError(f"cannot write the sweep's summary into {target}: {e.strerror or e}") from e
     print(format_table(rows))
     print(f"wrote {SUMMARY_CSV}{' and ' + SUMMARY_PLOT if plotted else ''} to {target}; each point's own "
           f"results: python -m hpcdl.jobs fetch POINT_ID")

@@ -115,6 +115,8 @@ def resume_job(job: Job, time_limit: Optional[str] = None) -> Job:
     backend = backend_for(plan.cluster.backend)
     backend.check(plan)
     manifest = dict(record.manifest)
+    if isinstance(manifest.get("sweep"), dict):  # a sweep's point goes on as a job of its own, not its runner's
+        manifest["sweep"] = {**manifest["sweep"], "runner": False}
     previous = {"at": time.time(), "after": record.state, "reason": record.reason,
                 "backend_id": manifest.pop("backend_id", None), "time": plan.cluster.time}
     manifest.update(plan=plan.to_dict(), resumes=[*manifest.get("resumes", []), previous],

@@ -4,6 +4,7 @@ the sweep's record, summary and cancel, and bad input refused before anything is
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import pytest
 import yaml
 from hydra.test_utils.launcher_common_tests import IntegrationTestSuite, LauncherTestSuite
 
+from hpcdl.cluster.slurm import array_tasks
 from hpcdl.host import is_running
 from hpcdl.store.folders import load_record
 from hpcdl.store.job import Job
@@ -94,3 +96,50 @@ def test_cancelling_a_local_sweep_ends_its_running_and_waiting_points(store: Pat
     while is_running(runner) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not is_running(runner)
+
+
+KILLING_APP = '''
+import os
+import signal
+
+import hydra
+
+
+@hydra.main(version_base=None, config_path=".", config_name="config")
+def main(cfg):
+    if cfg.x == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer would: no traceback, no result
+    return cfg.x
+'''
+
+
+def test_a_point_killed_without_a_result_is_failed_and_a_lost_point_is_counted(store: Path, tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("x: 0\n")
+    (tmp_path / "app.py").write_text(KILLING_APP + "\n\nif __name__ == '__main__':\n    main()\n")
+    done = subprocess.run([sys.executable, "app.py", "-m", "hydra/launcher=hpcdl", "x=0,1,2"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    sweep = re.search(r"Submitted sweep (\S+):", done.stdout).group(1)
+    assert Job.attach(sweep).wait(timeout=240) == "FAILED"
+    killed = load_record(store / f"{sweep}_1")
+    assert (killed.state, killed.reason) == ("FAILED", "its process killed by signal 9 without recording a result")
+    assert {load_record(store / f"{sweep}_{i}").state for i in (0, 2)} == {"COMPLETED"}
+
+    shutil.rmtree(store / f"{sweep}_2")  # a point's folder gone: counted, never silently dropped
+    shown = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "show", sweep], capture_output=True, text=True).stdout
+    assert "1 COMPLETED" in shown and "1 FAILED" in shown and "1 LOST" in shown, shown
+
+    target = tmp_path / "fetched"
+    target.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched")
+    (target / "sweep-summary.csv").symlink_to(victim)  # planted in a shared folder: never written through
+    fetched = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "fetch", sweep, "--to", str(target)],
+                             capture_output=True, text=True)
+    assert fetched.returncode == 1 and "cannot write the sweep's summary" in fetched.stderr, fetched.stderr
+    assert victim.read_text() == "untouched"
+
+
+def test_array_task_ranges_name_every_task() -> None:
+    assert array_tasks("12_[3-5,8%2]") == ["12_3", "12_4", "12_5", "12_8"]
+    assert array_tasks("12_4") == ["12_4"] and array_tasks("12") == ["12"]

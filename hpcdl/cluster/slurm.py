@@ -171,7 +171,8 @@ def array_script(tasks: list[list[tuple[JobPlan, Path]]], sweep: Path, paralleli
     lines = [f"points=({names})"]
     if points_per_task > 1:
         lines += [f"first=$((SLURM_ARRAY_TASK_ID * {points_per_task}))",
-                  " ".join(["srun --ntasks=1 --unbuffered", _python(plan), "-u -m hpcdl.sweep.runner --packed",
+                  " ".join(["srun --ntasks=1 --cpus-per-task=${SLURM_CPUS_PER_TASK:-1} --unbuffered", _python(plan),
+                            "-u -m hpcdl.sweep.runner --packed",
                             shlex.quote(str(sweep)), f'"${{points[@]:$first:{points_per_task}}}"'])]
     else:
         lines.append(f'folder={shlex.quote(str(root))}/"${{points[$SLURM_ARRAY_TASK_ID]}}"')
@@ -186,6 +187,19 @@ def array_script(tasks: list[list[tuple[JobPlan, Path]]], sweep: Path, paralleli
                   "job_name": f"{plan.name}-sweep"}
     return _make_sbatch_string(command="\n".join(lines), folder=sweep / "slurm", map_count=len(tasks),
                                array_parallelism=parallelism or len(tasks), **parameters)
+
+
+def array_tasks(slurm_id: str) -> list[str]:
+    """The task ids a Slurm job id names: itself, or each task of a range such as 12_[3-5,8%2]."""
+    base, _, tasks = slurm_id.partition("_[")
+    if not tasks:
+        return [slurm_id]
+    named = []
+    for part in tasks.rstrip("]").split("%")[0].split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            named += [f"{base}_{task}" for task in range(int(low), int(high or low) + 1)]
+    return named
 
 
 def _executor_class() -> type:
@@ -287,22 +301,28 @@ class SlurmBackend:
             groups.setdefault(sbatch_script(plan, Path("/")), []).append((plan, folder))
         limit = max_array_size()
         point_ids: dict[Path, str] = {}
-        arrays = []
-        for members in groups.values():
-            tasks = [members[i:i + points_per_task] for i in range(0, len(members), points_per_task)]
-            if points_per_task == 1:  # the ranks log into the point's folder
-                for _, folder in members:
-                    (folder / "slurm").mkdir(mode=0o700, exist_ok=True)
-            for first in range(0, len(tasks), limit):
-                chunk = tasks[first:first + limit]
-                script = sweep / "slurm" / f"array-{len(list((sweep / 'slurm').glob('array-*.sh')))}.sh"
-                script.parent.mkdir(mode=0o700, exist_ok=True)
-                atomic_write_text(script, array_script(chunk, sweep, parallelism, points_per_task))
-                array_id = _run(["sbatch", "--parsable", str(script)]).strip().split(";")[0]
-                arrays.append(array_id)
-                for task, task_points in enumerate(chunk):
-                    for _, folder in task_points:
-                        point_ids[folder] = f"{array_id}_{task}"
+        arrays: list[str] = []
+        try:
+            for members in groups.values():
+                tasks = [members[i:i + points_per_task] for i in range(0, len(members), points_per_task)]
+                if points_per_task == 1:  # the ranks log into the point's folder
+                    for _, folder in members:
+                        (folder / "slurm").mkdir(mode=0o700, exist_ok=True)
+                for first in range(0, len(tasks), limit):
+                    chunk = tasks[first:first + limit]
+                    script = sweep / "slurm" / f"array-{len(list((sweep / 'slurm').glob('array-*.sh')))}.sh"
+                    script.parent.mkdir(mode=0o700, exist_ok=True)
+                    atomic_write_text(script, array_script(chunk, sweep, parallelism, points_per_task))
+                    array_id = _run(["sbatch", "--parsable", str(script)]).strip().split(";")[0]
+                    arrays.append(array_id)
+                    for task, task_points in enumerate(chunk):
+                        for _, folder in task_points:
+                            point_ids[folder] = f"{array_id}_{task}"
+        except BaseException:  # a later sbatch refused (a QOS limit, say): none of the sweep stays queued
+            if arrays:
+                with contextlib.suppress(SubmissionError):
+                    _run(["scancel", *arrays])
+            raise
         return [point_ids[folder] for _, folder in points], ",".join(arrays)
 
     def live_states(self, records: list[JobRecord]) -> Optional[dict[str, str]]:
@@ -324,14 +344,16 @@ class SlurmBackend:
             slurm_id, state = line.strip().split("|")
             live.update({job: state for job in ids.get(slurm_id, [])})
         gone = [slurm_id for slurm_id, jobs in ids.items() if jobs[0] not in live]
+        arrays = {slurm_id.split("_")[0] for slurm_id in gone if "_" in slurm_id}  # their never-started tasks
         if gone:
             try:
-                history = _run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(gone)])
+                history = _run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join([*gone, *arrays])])
             except SubmissionError:  # no accounting here: the status files decide
                 history = ""
             for line in history.splitlines():
                 slurm_id, state = line.strip().split("|")[:2]
-                live.update({job: state.split()[0] for job in ids.get(slurm_id, [])})
+                for task in array_tasks(slurm_id):  # tasks that never started are one line: 12_[3-9]
+                    live.update({job: state.split()[0] for job in ids.get(task, []) if job not in live})
         return live
 
     def cancel(self, record: JobRecord) -> None:

@@ -17,7 +17,8 @@ from hpcdl.store.folders import DAMAGED, JobRecord, find, load_record, read_json
 from hpcdl.store.safety import load_pickle, read_job_file
 from hpcdl.store.states import resolve_states
 from hpcdl.store.status import withdraw_final, write_final
-from hpcdl.store.sweeps import is_sweep, load_points
+from hpcdl.store.atomic import create_once
+from hpcdl.store.sweeps import CANCELLED_MARK, is_sweep, load_points
 
 POLL_S = 1.0
 
@@ -114,15 +115,29 @@ class Job:
             raise
 
     def _cancel_sweep(self) -> None:
+        """CANCELLED for each point not ended yet, then the sweep's arrays (or runner) and any point resubmitted
+        on its own are ended; if the scheduler refuses, the points' CANCELLED is withdrawn. A mark in the
+        sweep's folder makes its sweeper's later batches refused."""
         record = self.refresh()
+        create_once(record.folder / CANCELLED_MARK, f"{time.time()}\n")
         if record.final:
             return
         points, _ = load_points(record, {})
-        for point in points:
-            write_final(point.folder, "CANCELLED", reason=f"sweep {record.id} cancelled with hpcdl")
+        handed = [h for h in (record.backend_id or "").split(",") if h]
+        marked = [p for p in points
+                  if write_final(p.folder, "CANCELLED", reason=f"sweep {record.id} cancelled with hpcdl")]
         backend = backend_for(record.backend)
-        for handed in filter(None, (record.backend_id or "").split(",")):
-            backend.cancel(JobRecord(record.folder, {**record.manifest, "backend_id": handed}, record.status))
+        try:
+            for part in handed:
+                backend.cancel(JobRecord(record.folder, {**record.manifest, "backend_id": part}, record.status))
+            for point in marked:  # resumed on its own (jobs resume): not under the sweep's arrays or runner
+                if point.backend_id and point.backend_id not in handed \
+                        and point.backend_id.split("_")[0] not in handed:
+                    backend.cancel(point)
+        except BaseException:
+            for point in marked:
+                withdraw_final(point.folder)
+            raise
 
     def result(self, timeout: Optional[float] = None) -> Any:
         """Wait, then return the result: the training summary, or the function's return value.

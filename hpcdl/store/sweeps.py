@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import os
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -23,6 +24,8 @@ from hpcdl.store.safety import UnsafeFolderError, check_job_key, load_pickle
 
 SWEEP = "sweep"
 """The manifest kind of a sweep's own folder."""
+CANCELLED_MARK = "cancelled"
+"""A file in a sweep's folder once it was cancelled: later batches of its sweeper are refused."""
 SUMMARY_CSV = "sweep-summary.csv"
 SUMMARY_PLOT = "sweep-curves.png"
 SUMMARY_COLUMNS = ("num", "id", "overrides", "state", "elapsed_s", "epoch", "iteration", "loss", "accuracy",
@@ -60,16 +63,21 @@ def point_ids(sweep: JobRecord) -> list[str]:
 def load_points(sweep: JobRecord, known: dict[str, JobRecord]) -> tuple[list[JobRecord], list[JobRecord]]:
     """The sweep's point records, taken from ``known`` or read from the store; also those read here."""
     points, loaded = [], []
-    for point in point_ids(sweep):
+    for num, point in enumerate(point_ids(sweep)):
         record = known.get(point)
         if record is None:
+            why = "its folder is gone"
             try:
                 record = load_record(sweep.folder.parent / point)
-            except UnsafeFolderError:
-                record = None
-            if record is None or sweep_id_of(record) != sweep.id:
-                continue  # not (or no longer) this sweep's point: never trusted as one
-            loaded.append(record)
+            except (UnsafeFolderError, OSError) as e:
+                record, why = None, f"its folder cannot be trusted: {e}"
+            if record is not None and record.state != DAMAGED and sweep_id_of(record) != sweep.id:
+                record, why = None, "its folder is no point of this sweep"
+            if record is None:  # listed, but not readable as this sweep's point: counted, never trusted
+                record = JobRecord(sweep.folder.parent / point, {"id": point, "sweep": {"id": sweep.id, "num": num}},
+                                   {}, "LOST", why)
+            else:
+                loaded.append(record)
         points.append(record)
     return points, loaded
 
@@ -96,13 +104,16 @@ def summary(points: list[JobRecord]) -> list[dict[str, Any]]:
     from hpcdl.store.follow import progress
 
     rows = []
-    for point in sorted(points, key=lambda p: p.manifest["sweep"]["num"]):
-        view = progress(point) if point.state != DAMAGED else {}
+    for point in sorted(points, key=_num):
+        try:
+            view = progress(point) if point.state != DAMAGED else {}
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            point.state, point.reason, view = DAMAGED, f"unexpected content: {type(e).__name__}: {e}", {}
         started = point.status.get("started_at")
         ended = point.status.get("ended_at") or (None if point.final else time.time())
         rows.append({
-            "num": point.manifest["sweep"]["num"], "id": point.id,
-            "overrides": " ".join(point.manifest["sweep"].get("overrides", [])), "state": point.state,
+            "num": _num(point), "id": point.id,
+            "overrides": " ".join(map(str, point.manifest["sweep"].get("overrides", []))), "state": point.state,
             "elapsed_s": round(ended - started, 1) if all(isinstance(t, (int, float)) for t in (started, ended))
             else None,
             **{key: view.get(key) for key in ("epoch", "iteration", "loss", "accuracy", "validation_accuracy",
@@ -110,6 +121,11 @@ def summary(points: list[JobRecord]) -> list[dict[str, Any]]:
             "value": _scalar_return(point), "reason": point.reason.splitlines()[0] if point.reason else "",
         })
     return rows
+
+
+def _num(point: JobRecord) -> int:
+    num = point.manifest["sweep"].get("num")
+    return num if isinstance(num, int) else -1
 
 
 def _scalar_return(point: JobRecord) -> Any:
@@ -143,7 +159,8 @@ def _cell(value: Any) -> str:
 
 def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
     """The summary as CSV, one row per point."""
-    with open(path, "w", newline="") as f:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)  # no planted link
+    with open(descriptor, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=SUMMARY_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
@@ -179,8 +196,9 @@ def plot_curves(points: list[JobRecord], path: Path) -> bool:
         axes[0][1].set(xlabel="iteration", ylabel="validation accuracy", title="Validation accuracy")
     axes[0][0].legend(fontsize="small")
     figure.tight_layout()
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.png")
-    figure.savefig(temporary, dpi=100)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
+    with open(descriptor, "wb") as f:  # a fresh file of its own, renamed over the target (never through a link)
+        figure.savefig(f, dpi=100, format="png")
     plt.close(figure)
     os.replace(temporary, path)
     return True

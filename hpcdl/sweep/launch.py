@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Sequence
 from hpcdl.errors import JobFailedError
 from hpcdl.plan import JobPlan, resolve, resolve_function
 from hpcdl.store.files import FUNCTION_RESULT, RESULT
-from hpcdl.store.folders import JobRecord, read_json
+from hpcdl.store.folders import JobRecord, read_json, remove_job_folder
 from hpcdl.store.safety import load_pickle
 from hpcdl.sweep.hydra_task import run_point
 from hpcdl.sweep.submit import Sweep, SweepOptions, SweepPoint, add_points, open_sweep
@@ -60,14 +60,29 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
             profile, str(sweep_config.hydra.job.name))
         points.append(SweepPoint(num=num, plan=plan, overrides=tuple(overrides)))
         configs.append(sweep_config)
-    if launcher.sweep is None:
+    opened = launcher.sweep is None
+    if opened:
         from omegaconf import OmegaConf
 
         command = launcher.task_function.hpcdl_command if own_app else sys.argv[1:]
         launcher.sweep = open_sweep(points[0].plan, _sweep_name(config, own_app), command,
                                     OmegaConf.to_yaml(config))
-    sweep: Sweep = launcher.sweep
-    shared = None if own_app else _share_task(launcher, sweep, initial_job_idx)
+    try:
+        records, ready = _submit_batch(launcher, launcher.sweep, points, configs, options, own_app)
+    except BaseException:
+        if opened and not launcher.sweep.manifest["points"]:  # nothing of the sweep is left behind
+            remove_job_folder(launcher.sweep.folder)
+            launcher.sweep = None
+        raise
+    _announce(launcher.sweep, records, launcher.wait)
+    finished = _follow(records, launcher.poll_s) if launcher.wait else [None] * len(records)
+    return [_job_return(JobReturn, point, cfg, record) for point, cfg, record in zip(ready, configs, finished)]
+
+
+def _submit_batch(launcher: Any, sweep: Sweep, points: list[SweepPoint], configs: list[Any],
+                  options: SweepOptions, own_app: bool) -> tuple[list[JobRecord], list[SweepPoint]]:
+    """Name the checked points after the sweep, record them with Hydra's files, hand them to the scheduler."""
+    shared = None if own_app else _share_task(launcher, sweep, points[0].num)
     ready = []
     for point, sweep_config in zip(points, configs):
         from omegaconf import open_dict
@@ -81,10 +96,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
         ready.append(SweepPoint(num=point.num, plan=point.plan, overrides=point.overrides,
                                 hydra_files=_hydra_files(sweep_config), output_dir=_output_dir(sweep_config),
                                 payload=payload))
-    records = add_points(sweep, ready, options)
-    _announce(sweep, records, launcher.wait)
-    finished = _follow(records, launcher.poll_s) if launcher.wait else [None] * len(records)
-    return [_job_return(JobReturn, point, cfg, record) for point, cfg, record in zip(ready, configs, finished)]
+    return add_points(sweep, ready, options), ready
 
 
 REMEMBERED_CONFIGS = 2000
@@ -110,8 +122,13 @@ def remember_sweep_configs(loader: Any) -> None:
 
 def composed_sweep_config(loader: Any, master_config: Any, overrides: Sequence[str]) -> Any:
     """A point's sweep config: the one Hydra composed while validating the batch, else composed now."""
-    remembered = getattr(loader, "hpcdl_composed", {}).pop((id(master_config), tuple(overrides)), None)
-    return remembered if remembered is not None else loader.load_sweep_config(master_config, list(overrides))
+    key = (id(master_config), tuple(overrides))
+    remembered = getattr(loader, "hpcdl_composed", {}).pop(key, None)
+    if remembered is not None:
+        return remembered
+    composed = loader.load_sweep_config(master_config, list(overrides))
+    getattr(loader, "hpcdl_composed", {}).pop(key, None)  # composed for this point alone: not kept
+    return composed
 
 
 def _share_task(launcher: Any, sweep: Sweep, first_num: int) -> str:

@@ -11,17 +11,20 @@ its final.json) is ended here, and the stop signal and TERM reach every running 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from hpcdl.distributed.env import free_port
-from hpcdl.store.files import FINAL, LOGS, MANIFEST
+from hpcdl.errors import HpcdlError
+from hpcdl.store.files import FINAL, LOGS, MANIFEST, STATUS
 from hpcdl.store.folders import read_json
+from hpcdl.store.status import write_final
 
 POLL_S = 0.2
 KILL_AFTER_S = 10.0
@@ -41,7 +44,8 @@ def visible_gpus() -> list[str]:
 
 
 def slot_plan(cpus: int, gpus: list[str], cpus_per_point: int, limit: Optional[int]) -> tuple[int, int]:
-    """(points at once, threads per point): one per GPU, else one per ``cpus_per_point`` CPUs; ``limit`` caps."""
+    """(points at once, threads per point): one per GPU (a multi-rank point takes one per rank), else one per
+    ``cpus_per_point`` CPUs; ``limit`` caps."""
     slots = len(gpus) if gpus else max(1, cpus // max(1, cpus_per_point))
     if limit is not None:
         slots = max(1, min(slots, limit))
@@ -54,8 +58,8 @@ class Runner:
     def __init__(self, folders: list[Path], slots: int, threads: int, gpus: list[str], packed: bool) -> None:
         self.pending = list(folders)
         self.slots, self.threads, self.packed = slots, threads, packed
-        self.free_gpus = list(gpus[:slots]) if gpus else []
-        self.running: dict[subprocess.Popen, tuple[Path, Optional[str]]] = {}
+        self.free_gpus = list(gpus)
+        self.running: dict[subprocess.Popen, tuple[Path, list[str]]] = {}
         self.stopping = False
 
     def forward(self, signum: int, _frame: object = None) -> None:
@@ -66,59 +70,90 @@ class Runner:
         for process in self.running:
             _signal_group(process, signum)
 
-    def _environment(self, folder: Path, gpu: Optional[str]) -> dict[str, str]:
+    def _environment(self, plan: dict[str, Any], gpus: list[str]) -> dict[str, str]:
         env = dict(os.environ)
-        plan = (read_json(folder / MANIFEST) or {}).get("plan", {})
         env.update({k: str(v) for k, v in (plan.get("environment") or {}).items()})
         env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
-        if gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = gpu
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         if self.packed:  # one single-rank job per point inside the task's allocation
             for name in SLURM_TASK_VARIABLES:
                 env.pop(name, None)
             env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
         return env
 
-    def _start(self, folder: Path) -> None:
-        gpu = self.free_gpus.pop(0) if self.free_gpus else None
+    def _try_start(self, folder: Path) -> bool:
+        """Start the point if the GPUs it needs (one per rank, when there are GPUs) are free; False if not."""
+        plan = (read_json(folder / MANIFEST) or {}).get("plan", {})
+        need = max(1, int(plan.get("world_size", 1))) if self.free_gpus or self._gpus_taken() else 0
+        if need > len(self.free_gpus):
+            return False
+        gpus, self.free_gpus = self.free_gpus[:need], self.free_gpus[need:]
         logs = folder / LOGS
         logs.mkdir(mode=0o700, exist_ok=True)
         with open(logs / "stdout.log", "ab") as out, open(logs / "stderr.log", "ab") as err:
             process = subprocess.Popen([sys.executable, "-u", "-m", "hpcdl.worker", str(folder)],
-                                       env=self._environment(folder, gpu), stdin=subprocess.DEVNULL,
-                                       stdout=out, stderr=err, process_group=0)
-        self.running[process] = (folder, gpu)
+                                       env=self._environment(plan, gpus), stdin=subprocess.DEVNULL,
+                                       stdout=out, stderr=err, preexec_fn=os.setpgrp)  # own group, same session
+        self.running[process] = (folder, gpus)
+        return True
+
+    def _gpus_taken(self) -> bool:
+        return any(gpus for _, gpus in self.running.values())
 
     def _end_cancelled(self) -> None:
         for process, (folder, _) in self.running.items():
-            final = _final_state(folder)
-            if final == "CANCELLED" and process.poll() is None:
-                _signal_group(process, signal.SIGTERM)
-                deadline = time.monotonic() + KILL_AFTER_S
-                while process.poll() is None and time.monotonic() < deadline:
-                    time.sleep(POLL_S)
-                _signal_group(process, signal.SIGKILL)
+            if process.poll() is None and _final_state(folder) == "CANCELLED":
+                _end_group(process)
+
+    def _reap(self) -> None:
+        """Free the GPUs of points that ended; one that ended without recording how is FAILED."""
+        for process in [p for p in self.running if p.poll() is not None]:
+            folder, gpus = self.running.pop(process)
+            self.free_gpus += gpus
+            if self.stopping:  # ended by the scheduler (scancel, time limit): the listing asks it how
+                continue
+            if _final_state(folder) is None and (read_json(folder / STATUS) or {}).get("state") != "REQUEUED":
+                how = f"killed by signal {-process.returncode}" if process.returncode < 0 \
+                    else f"exited with code {process.returncode}"
+                with contextlib.suppress(OSError, HpcdlError):
+                    write_final(folder, "FAILED", reason=f"its process {how} without recording a result")
 
     def run(self) -> int:
-        """Run every point; 0 when each ended (how each went is in its own record)."""
-        while self.pending or self.running:
-            self._end_cancelled()
-            for process in [p for p in self.running if p.poll() is not None]:
-                _, gpu = self.running.pop(process)
-                if gpu is not None:
-                    self.free_gpus.append(gpu)
-            while self.pending and len(self.running) < self.slots and not self.stopping:
-                folder = self.pending.pop(0)
-                if _final_state(folder) is None:  # a point cancelled before it started never starts
-                    self._start(folder)
-            time.sleep(POLL_S)
+        """Run every point; 0 when each ended (how each went is in its own record). Points still running
+        when the runner itself fails are ended with it."""
+        try:
+            while self.pending or self.running:
+                self._end_cancelled()
+                self._reap()
+                while self.pending and len(self.running) < self.slots and not self.stopping:
+                    if _final_state(self.pending[0]) is not None:  # cancelled before it started: never starts
+                        self.pending.pop(0)
+                    elif self._try_start(self.pending[0]):
+                        self.pending.pop(0)
+                    else:
+                        break
+                time.sleep(POLL_S)
+        finally:
+            for process in self.running:
+                if process.poll() is None:
+                    _end_group(process)
         return 0
+
+
+def _end_group(process: subprocess.Popen) -> None:
+    """TERM a point's process group, KILL it after KILL_AFTER_S."""
+    _signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + KILL_AFTER_S
+    while process.poll() is None and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    _signal_group(process, signal.SIGKILL)
 
 
 def _final_state(folder: Path) -> Optional[str]:
     try:
         final = read_json(folder / FINAL)
-    except (OSError, ValueError):
+    except (OSError, ValueError, HpcdlError):  # unreadable (or no longer safe to read): not final here
         return None
     return final.get("state") if isinstance(final, dict) else None
 
@@ -140,7 +175,8 @@ def main(argv: list[str]) -> int:
                         help="the points of one Slurm array task, run inside its allocation")
     args = parser.parse_args(argv)
     sweep = args.sweep.resolve()
-    cpus = int(os.environ["SLURM_CPUS_ON_NODE"]) if args.packed else len(os.sched_getaffinity(0))
+    cpus = (int(os.environ.get("SLURM_CPUS_PER_TASK") or os.environ["SLURM_CPUS_ON_NODE"]) if args.packed
+            else len(os.sched_getaffinity(0)))
     gpus = visible_gpus()
     slots, threads = slot_plan(cpus, gpus, args.cpus_per_point, args.limit)
     runner = Runner([sweep.parent / p for p in args.points], slots, threads, gpus, packed=args.packed)

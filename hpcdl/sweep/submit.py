@@ -6,6 +6,7 @@ Nothing is written before every point has been checked; a submission that fails 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from hpcdl.store.atomic import atomic_save, atomic_write_text
 from hpcdl.store.files import FUNCTION, MANIFEST
 from hpcdl.store.folders import (JobRecord, load_record, new_job_folder, new_named_folder, remember_root,
                                  remove_job_folder, store_root, write_json)
-from hpcdl.store.sweeps import SWEEP
+from hpcdl.store.sweeps import CANCELLED_MARK, SWEEP
 from hpcdl.submission import job_manifest, runs_user_code
 
 HYDRA_FOLDER = ".hydra"
@@ -87,13 +88,24 @@ def open_sweep(plan: JobPlan, name: str, overrides: Sequence[str], multirun_yaml
     return Sweep(sweep_id, folder, manifest)
 
 
-def check_points(points: Sequence[SweepPoint], options: SweepOptions) -> None:
-    """ConfigError for a sweep that cannot run as one: points on different profiles or stores, multi-rank
-    points packed; each distinct request checked with the scheduler once."""
+def check_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions) -> None:
+    """ConfigError for points that cannot run as one sweep: on a backend or store other than the sweep's,
+    multi-rank points packed, GPUs chosen by index for the local runner (it gives each point its own); a
+    sweep cancelled takes no more points. Each distinct request is checked with the scheduler once."""
     if not points:
         raise ConfigError("the sweep has no points")
+    if (sweep.folder / CANCELLED_MARK).exists():
+        raise SubmissionError(f"sweep {sweep.id} was cancelled: it takes no more points")
     first = points[0].plan.cluster
+    own = sweep.manifest["plan"]["cluster"]
+    if (first.backend, first.store) != (own["backend"], own["store"]):
+        raise ConfigError(f"point {points[0].num}: a sweep runs on one cluster backend and store; this batch has "
+                          f"{first.backend} {first.store or '(default store)'}, the sweep {own['backend']} "
+                          f"{own['store'] or '(default store)'}")
     for point in points:
+        if first.backend == "local" and point.plan.gpus is not None:
+            raise ConfigError(f"training.gpus={list(point.plan.gpus)}: a local sweep gives each point GPUs of its "
+                              "own (one per rank); leave training.gpus unset")
         profile = point.plan.cluster
         if (profile.backend, profile.store) != (first.backend, first.store):
             raise ConfigError(f"point {point.num} ({' '.join(point.overrides)}): a sweep runs on one cluster "
@@ -119,8 +131,9 @@ def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions
     """
     root, before = sweep.folder.parent, dict(sweep.manifest)
     created: list[Path] = []
+    handed_to: Optional[JobRecord] = None
     try:
-        check_points(points, options)
+        check_points(sweep, points, options)
         backend = backend_for(points[0].plan.cluster.backend)
         runner = backend.name == "local" or options.points_per_task > 1
         code = sweep.manifest.get("snapshot")
@@ -143,12 +156,16 @@ def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions
         write_json(sweep.folder / MANIFEST, sweep.manifest)
         point_ids, handed = backend.submit_sweep(sweep.folder, [(p.plan, f) for p, f in zip(points, created)],
                                                  options.parallelism, options.points_per_task)
+        handed_to = JobRecord(sweep.folder, {**sweep.manifest, "backend_id": handed}, {})
         for folder, manifest, backend_id in zip(created, manifests, point_ids):
             manifest["backend_id"] = backend_id
             write_json(folder / MANIFEST, manifest)
         sweep.manifest["backend_id"] = ",".join(filter(None, [sweep.manifest.get("backend_id"), handed]))
         write_json(sweep.folder / MANIFEST, sweep.manifest)
     except BaseException as e:
+        if handed_to is not None:  # the scheduler has them, their record failed: they must not run unseen
+            with contextlib.suppress(Exception):
+                backend.cancel(handed_to)
         for folder in created:
             remove_job_folder(folder)
         sweep.manifest = before
