@@ -33,7 +33,8 @@ class SweepOptions:
     """How a sweep's points are handed to the scheduler."""
 
     parallelism: Optional[int] = None
-    """At most this many points run at once (Slurm's ``--array=...%k``); None: as many as fit."""
+    """Slurm: at most this many tasks of each array at once (``--array=...%k``); locally, this many points at
+    once; None: as many as fit."""
     points_per_task: int = 1
     """Points packed into one Slurm array task (one allocation), run there several at once."""
 

@@ -27,7 +27,8 @@ class HpcdlLauncherConf:
     wait: bool = False
     """Block until every point ended and return their JobReturns (result-driven sweepers need it)."""
     parallelism: Optional[int] = None
-    """At most this many points at once (Slurm's --array=...%k); default: as many as fit."""
+    """Slurm: at most this many tasks of each array at once (--array=...%k); locally: this many points at once.
+    Default: as many as fit."""
     points_per_task: int = 1
     """Points packed into one Slurm array task, run there one per GPU (or CPU slot) at once."""
     poll_s: float = 2.0
