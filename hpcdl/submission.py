@@ -39,7 +39,9 @@ def runs_user_code(plan: JobPlan) -> bool:
     """Whether the job runs the user's code (and so runs from a snapshot of it, when the profile says so)."""
     if not plan.cluster.snapshot:
         return False
-    return plan.kind != "train" or not (plan.config.model.built_in and plan.config.data.built_in)
+    config = plan.config
+    return plan.kind != "train" or not (config.model.built_in and config.data.built_in
+                                        and not config.training.own_loss)
 
 
 def job_manifest(job_id: str, plan: JobPlan, overrides: Sequence[str], code: Optional[dict[str, Any]],

@@ -32,6 +32,15 @@ from tests.conftest import linear_model
         ({"gpus": [0, 0]}, "training.gpus: must be a list without repeats"),
         ({"gpus": [-1]}, "training.gpus: must be a non-empty list of indices >= 0"),
         ({"gpus": [0], "execution_environment": "cpu"}, "execution_environment=cpu uses no GPU"),
+        ({"loss": "focal"}, "training.loss: 'focal' is neither crossentropy nor mse nor a dotted path"),
+        ({"loss": "torch.nn.CrossEntropyLos"}, "module 'torch.nn' has no 'CrossEntropyLos' (did you mean "
+                                              "'torch.nn.CrossEntropyLoss'?)"),
+        ({"loss": "torch.nn.CrossEntropyLoss", "loss_args": {"label_smothing": 0.1}},
+         "training.loss_args.label_smothing: torch.nn.modules.loss.CrossEntropyLoss takes no argument "
+         "'label_smothing' (did you mean 'label_smoothing'?)"),
+        ({"loss": "torch.nn.functional.cross_entropy", "loss_args": {"smoothing": 0.1}},
+         "takes no argument 'smoothing'"),
+        ({"loss_args": {"label_smoothing": 0.1}}, "training.loss_args: the built-in loss crossentropy takes none"),
     ],
 )
 def test_bad_training_option_is_rejected_with_its_name(kwargs: dict, message: str) -> None:
@@ -96,3 +105,25 @@ def test_overrides_reach_the_typed_config() -> None:
     assert isinstance(config.training, TrainingOptions)
     assert config.training.max_epochs == 3 and config.training.gpus == [0, 2]
     assert config.model.name == "mlp"
+
+
+def test_an_own_loss_function_trains_exactly_as_the_built_in_one_and_its_arguments_count(blobs) -> None:
+    def train(**loss: object) -> tuple[torch.nn.Module, list[dict]]:
+        model = linear_model()
+        trained, info = train_network(blobs, model, TrainingOptions(max_epochs=2, mini_batch_size=32,
+                                                                    verbose=False, **loss))
+        return trained, info.history
+
+    built_in, built_in_history = train()
+    own, own_history = train(loss="torch.nn.functional.cross_entropy")
+    assert all(torch.equal(a, b) for a, b in zip(built_in.parameters(), own.parameters()))
+    assert own_history[-1]["accuracy"] == built_in_history[-1]["accuracy"] is not None  # class indices: counted
+    _, smoothed = train(loss="torch.nn.CrossEntropyLoss", loss_args={"label_smoothing": 0.5})
+    # with smoothing 0.5 over 3 classes no loss can fall below the entropy of (2/3, 1/6, 1/6) = 0.8676
+    assert min(r["loss"] for r in smoothed) >= 0.867
+    assert [r["loss"] for r in smoothed] != [r["loss"] for r in built_in_history]  # the argument was used
+
+
+def test_an_own_loss_on_the_command_line_reaches_the_typed_config() -> None:
+    config = compose_config(["training.loss=torch.nn.CrossEntropyLoss", "+training.loss_args.label_smoothing=0.1"])
+    assert (config.training.loss, config.training.loss_args) == ("torch.nn.CrossEntropyLoss", {"label_smoothing": 0.1})

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import math
-from typing import List, Optional
+from dataclasses import field
+from typing import Any, Dict, List, Optional
 
 from hpcdl.config.fields import check_types, options, require, require_choice
+from hpcdl.config.targets import check_arguments, locate
 from hpcdl.errors import ConfigError
 
 SOLVERS = ("sgdm", "adam", "rmsprop")
@@ -25,6 +28,27 @@ GPU_DECODES = ("auto", "on", "off")
 
 DEFAULT_LEARN_RATE = {"sgdm": 0.01, "adam": 0.001, "rmsprop": 0.001}
 DEFAULT_SQUARED_GRADIENT_DECAY = {"sgdm": 0.0, "adam": 0.999, "rmsprop": 0.9}
+
+
+def check_loss(loss: str, arguments: dict[str, Any]) -> None:
+    """ConfigError unless ``loss`` is a built-in loss (without arguments), or the user's class or function
+    that imports and takes ``arguments`` (a function also takes the output and the target first)."""
+    if loss in LOSSES:
+        if arguments:
+            raise ConfigError(f"training.loss_args: the built-in loss {loss} takes none; got {sorted(arguments)}")
+        return
+    if "." not in loss.replace(":", "."):
+        raise ConfigError(f"training.loss: {loss!r} is neither {' nor '.join(LOSSES)} nor a dotted path to your "
+                          "own loss (torch.nn.CrossEntropyLoss, mypkg.losses:focal)")
+    target = locate(loss, "training.loss")
+    if inspect.isclass(target):
+        check_arguments(target, arguments, (), "training.loss_args")
+        return
+    try:
+        names = list(inspect.signature(target).parameters)[:2]
+    except (TypeError, ValueError):
+        names = []
+    check_arguments(target, arguments, names, "training.loss_args")
 
 
 @options("training")
@@ -64,7 +88,11 @@ class TrainingOptions:
     shuffle: str = "once"
     """once (before training), every-epoch or never."""
     loss: str = "crossentropy"
-    """crossentropy (classification, reports accuracy) or mse (regression)."""
+    """crossentropy (classification, reports accuracy), mse (regression), or your own loss as a dotted path:
+    a class (torch.nn.CrossEntropyLoss, built with loss_args) or a function called as f(output, target,
+    **loss_args). Accuracy is reported when the targets are class indices."""
+    loss_args: Dict[str, Any] = field(default_factory=dict)
+    """Arguments of your own loss (+training.loss_args.label_smoothing=0.1); empty for the built-in ones."""
     validation_frequency: int = 50
     """Iterations between validations, >= 1."""
     validation_patience: Optional[int] = None
@@ -128,7 +156,6 @@ class TrainingOptions:
             ("learn_rate_schedule", SCHEDULES),
             ("gradient_clip", CLIPPING),
             ("shuffle", SHUFFLES),
-            ("loss", LOSSES),
             ("output_network", OUTPUT_NETWORKS),
             ("plots", PLOTS),
             ("checkpoint_frequency_unit", FREQUENCY_UNITS),
@@ -140,6 +167,7 @@ class TrainingOptions:
             ("gpu_decode", GPU_DECODES),
         ):
             require_choice(self, name, allowed)
+        check_loss(self.loss, self.loss_args)
         require(self, "num_workers", self.num_workers is None or self.num_workers >= 0, ">= 0 or null")
         require(self, "device_prefetch", self.device_prefetch >= 0, ">= 0")
         for name in ("max_epochs", "mini_batch_size", "validation_frequency", "verbose_frequency",
@@ -175,6 +203,11 @@ class TrainingOptions:
             require(self, "gpus", len(set(self.gpus)) == len(self.gpus), "a list without repeats")
             if self.execution_environment == "cpu":
                 raise ConfigError("training.gpus: set, but training.execution_environment=cpu uses no GPU")
+
+    @property
+    def own_loss(self) -> bool:
+        """Whether the loss is the user's (a dotted path) rather than a built-in one."""
+        return self.loss not in LOSSES
 
     @property
     def learn_rate(self) -> float:

@@ -29,7 +29,7 @@ from hpcdl.train.settings import RunSettings, run_settings
 from hpcdl.train.stopping import StopRequested, stop_requested, warn_if_signal_too_late
 from hpcdl.train.validation import BestValidation
 from hpcdl.train.steps import (autocast, clip_gradients, correct_count, evaluate_totals, make_loss, make_optimizer,
-                               validation_record)
+                               reports_accuracy, validation_record)
 
 
 def seed_everything(seed: Optional[int]) -> None:
@@ -163,7 +163,7 @@ def run_epochs(step: Step, loader: BatchLoader, validation: Validation, progress
             loss, out = step(x, y, total, learn_rate)
             state.iteration += 1
             progress.step(epoch + 1, state.iteration, learn_rate, loss,
-                          correct_count(out, y, options.loss == "crossentropy"), len(y), waited)
+                          correct_count(out, y, reports_accuracy(options, out, y)), len(y), waited)
             stop = progress.end_iteration(validation(epoch + 1, state) if validation.due(state.iteration) else None)
             if progress.callbacks and context.distributed:
                 stop = context.any_true(stop, x.device)  # a stop asked on any worker stops them all

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 from typing import Callable, ContextManager, Optional
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from hpcdl.config.targets import locate
 from hpcdl.config.training import DEFAULT_SQUARED_GRADIENT_DECAY, TrainingOptions
 from hpcdl.data.batches import iterate_batches
 
@@ -30,10 +33,23 @@ def make_optimizer(model: nn.Module, options: TrainingOptions, lr: float) -> tor
 
 
 def make_loss(options: TrainingOptions) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """Cross-entropy on class indices, or mean squared error on responses."""
+    """Cross-entropy on class indices, mean squared error on responses, or the user's own loss (a class built
+    with training.loss_args, or a function given them as keywords)."""
+    if options.own_loss:
+        target = locate(options.loss, "training.loss")
+        if inspect.isclass(target):
+            return target(**options.loss_args)
+        return functools.partial(target, **options.loss_args)
     if options.loss == "crossentropy":
         return nn.functional.cross_entropy
     return lambda out, y: nn.functional.mse_loss(out, y.to(out.dtype))
+
+
+def reports_accuracy(options: TrainingOptions, out: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether a batch's accuracy is counted: cross-entropy, or the user's loss on class indices."""
+    if options.own_loss:
+        return out.dim() == 2 and not y.is_floating_point() and y.dim() == 1
+    return options.loss == "crossentropy"
 
 
 def autocast(options: TrainingOptions, device: torch.device) -> Callable[[], ContextManager]:
@@ -64,19 +80,20 @@ def evaluate_totals(model: nn.Module, data: Dataset, indices: torch.Tensor, opti
     was_training = model.training
     model.eval()
     loss_fn, cast = make_loss(options), autocast(options, device)
-    totals = torch.zeros(3, device=device, dtype=torch.float64)
+    totals = torch.zeros(4, device=device, dtype=torch.float64)
     for x, y in iterate_batches(data, indices.split(options.mini_batch_size), device, memory_format):
         with cast():
             out = model(x)
             totals[0] += loss_fn(out.float(), y).double() * len(y)
-        if options.loss == "crossentropy":
+        if reports_accuracy(options, out, y):
             totals[1] += correct_count(out, y, True)
+            totals[3] += len(y)
         totals[2] += len(y)
     model.train(was_training)
     return totals
 
 
 def validation_record(totals: torch.Tensor, options: TrainingOptions) -> dict[str, Optional[float]]:
-    """Mean loss and accuracy from summed totals (one sync)."""
-    loss_sum, correct, count = totals.tolist()
-    return {"loss": loss_sum / count, "accuracy": correct / count if options.loss == "crossentropy" else None}
+    """Mean loss, and accuracy over the observations it was counted for, from summed totals (one sync)."""
+    loss_sum, correct, count, classified = totals.tolist()
+    return {"loss": loss_sum / count, "accuracy": correct / classified if classified else None}
