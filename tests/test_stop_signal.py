@@ -44,7 +44,7 @@ def test_time_limit_checkpoints_every_rank_and_resume_goes_on(store: Path, digit
     assert _cli("hpcdl.jobs", "wait", job_id, "--timeout", "120").stdout.strip() == "TIMEOUT"
     second = _stopped_at(folder)
     assert second > first and _iterations(folder) == list(range(1, second + 1))  # no gap, no repeat
-    assert f"Resumed from the checkpoint of iteration {first}" in (folder / "logs" / "stdout.log").read_text()
+    assert f"Resumed from the checkpoint of iteration {first}" in _cli("hpcdl.jobs", "logs", job_id).stdout  # rank 0
     manifest = json.loads((folder / MANIFEST).read_text())
     assert [r["after"] for r in manifest["resumes"]] == ["TIMEOUT"]
     shown = _cli("hpcdl.jobs", "show", job_id).stdout
