@@ -143,3 +143,15 @@ def test_a_point_killed_without_a_result_is_failed_and_a_lost_point_is_counted(s
 def test_array_task_ranges_name_every_task() -> None:
     assert array_tasks("12_[3-5,8%2]") == ["12_3", "12_4", "12_5", "12_8"]
     assert array_tasks("12_4") == ["12_4"] and array_tasks("12") == ["12"]
+
+
+def test_packing_more_points_than_slots_says_they_run_in_rounds(capsys: pytest.CaptureFixture[str]) -> None:
+    from hpcdl.config.compose import compose_config
+    from hpcdl.sweep.submit import _note_rounds
+
+    profile = compose_config(["cluster=slurm", "cluster.cpus_per_task=2"]).cluster
+    _note_rounds(profile, 2)
+    assert capsys.readouterr().err == ""
+    _note_rounds(profile, 5)
+    assert "each task runs its points in 3 rounds within one time limit (cluster.time=01:00:00)" in \
+        capsys.readouterr().err

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -116,6 +117,8 @@ def check_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptio
             raise ConfigError(f"hydra.launcher.points_per_task={options.points_per_task}: point {point.num} "
                               f"runs on {point.plan.world_size} ranks; only single-rank points are packed")
         check_no_secret_values(list(point.overrides), "overrides", profile.secrets)
+    if options.points_per_task > 1:
+        _note_rounds(first, options.points_per_task)
     backend = backend_for(first.backend)
     checked: set[str] = set()
     for point in points:
@@ -123,6 +126,16 @@ def check_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptio
         if key not in checked:
             backend.check(point.plan)
             checked.add(key)
+
+
+def _note_rounds(profile: Any, points_per_task: int) -> None:
+    """Say on stderr when a packed task holds more points than it runs at once: they share one time limit."""
+    slots = profile.gpus_per_node or profile.cpus_per_task or 1
+    if points_per_task > slots:
+        rounds = -(-points_per_task // slots)
+        print(f"note: points_per_task={points_per_task} with {slots} slot(s) a task "
+              f"({'GPUs' if profile.gpus_per_node else 'CPUs'}): each task runs its points in {rounds} rounds "
+              f"within one time limit (cluster.time={profile.time})", file=sys.stderr)
 
 
 def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions) -> list[JobRecord]:
