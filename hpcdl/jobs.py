@@ -108,18 +108,35 @@ def _when(seconds: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
 
 
-def _sweep_points(sweep: "JobRecord") -> list["JobRecord"]:
+def _sweep_points(folder: Path) -> tuple["JobRecord", list["JobRecord"]]:
+    """A sweep's record and its points, asking the scheduler once: the points' states, then the sweep's."""
+    from hpcdl.store.folders import DAMAGED, load_record
     from hpcdl.store.states import resolve_states
-    from hpcdl.store.sweeps import load_points
+    from hpcdl.store.sweeps import load_points, settle
 
-    points, _ = load_points(sweep, {})
+    sweep = load_record(folder)
+    if sweep is None:
+        raise HpcdlError(f"{folder}: the sweep's manifest is gone")
+    if sweep.state == DAMAGED:
+        return sweep, []
+    try:
+        points, _ = load_points(sweep, {})
+    except (OSError, ValueError, HpcdlError) as e:  # as resolve_states judges a sweep whose points are unreadable
+        sweep.state, sweep.reason = DAMAGED, f"its points cannot be read: {e}"
+        return sweep, []
     resolve_states(points)
-    return points
+    settle(sweep, points)
+    return sweep, points
 
 
-def _show_sweep(sweep: "JobRecord") -> int:
+def _show_sweep(folder: Path) -> int:
+    from hpcdl.store.folders import DAMAGED
     from hpcdl.store.sweeps import format_table, summary
 
+    sweep, points = _sweep_points(folder)
+    if sweep.state == DAMAGED:
+        print(f"job       {sweep.id}\nstate     {DAMAGED}  ({sweep.reason})\nfolder    {sweep.folder}")
+        return 1
     m = sweep.manifest
     print(f"sweep     {sweep.id}  ('{m['name']}', {len(m['points'])} points)\n"
           f"state     {sweep.state}  ({sweep.reason})\n"
@@ -127,7 +144,7 @@ def _show_sweep(sweep: "JobRecord") -> int:
           f"submitted {_when(m['submitted_at'])} from {m['submitted_from']['host']}:{m['submitted_from']['cwd']}\n"
           f"command   {' '.join(m.get('overrides') or []) or '-'}\n"
           f"folder    {sweep.folder}\n")
-    print(format_table(summary(_sweep_points(sweep))))
+    print(format_table(summary(points)))
     return 0
 
 
@@ -135,15 +152,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     from hpcdl.store.folders import DAMAGED
     from hpcdl.store.follow import progress
     from hpcdl.store.job import Job
-    from hpcdl.store.sweeps import is_sweep
+    from hpcdl.store.sweeps import SWEEP
 
     job = Job.attach(args.id)
+    if job.manifest.get("kind") == SWEEP:  # its points resolved once, with the sweep's state from theirs
+        return _show_sweep(job.folder)
     record = job.refresh()
     if record.state == DAMAGED:
         print(f"job       {record.id}\nstate     {DAMAGED}  ({record.reason})\nfolder    {record.folder}")
         return 1
-    if is_sweep(record):
-        return _show_sweep(record)
     m = record.manifest
     print(f"job       {record.id}  ({m['kind']} '{m['name']}')\n"
           f"state     {record.state}{'  (' + record.reason + ')' if record.reason else ''}\n"
@@ -234,7 +251,9 @@ def _fetch_sweep(job: Any, args: argparse.Namespace) -> int:
 
     if args.wait:
         job.wait()
-    points = _sweep_points(job.refresh())
+    sweep, points = _sweep_points(job.folder)
+    if sweep.state == "DAMAGED":
+        raise HpcdlError(f"sweep {sweep.id} is DAMAGED ({sweep.reason}); its folder: {sweep.folder}")
     rows = summary(points)
     target = Path(args.to or job.id).resolve()
     target.mkdir(parents=True, exist_ok=True)
@@ -253,10 +272,10 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     from hpcdl.store.files import METRICS, PLOT, RESULTS, RESULTS_DIR
     from hpcdl.store.job import Job
     from hpcdl.store.safety import copy_out
-    from hpcdl.store.sweeps import is_sweep
+    from hpcdl.store.sweeps import SWEEP
 
     job = Job.attach(args.id)
-    if is_sweep(job.refresh()):
+    if job.manifest.get("kind") == SWEEP:
         return _fetch_sweep(job, args)
     result = job.result(timeout=0 if not args.wait else None)
     target = Path(args.to or job.id).resolve()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import Counter
 import logging
 import os
 import sys
@@ -230,20 +231,13 @@ def _follow(records: list[JobRecord], poll_s: float) -> list[JobRecord]:
     while True:
         fresh = [load_record(r.folder) or r for r in records]
         resolve_states(fresh)
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(_count(fresh).items()))
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(r.state for r in fresh).items()))
         if counts != last:
             log.info(f"sweep points: {counts}")
             last = counts
         if all(r.final for r in fresh):
             return fresh
         time.sleep(poll_s)
-
-
-def _count(records: list[JobRecord]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for record in records:
-        counts[record.state] = counts.get(record.state, 0) + 1
-    return counts
 
 
 def _job_return(job_return: type, point: SweepPoint, sweep_config: Any, record: Optional[JobRecord]) -> Any:
@@ -258,7 +252,7 @@ def _job_return(job_return: type, point: SweepPoint, sweep_config: Any, record: 
             returned = load_pickle(record.folder, FUNCTION_RESULT)
             if isinstance(returned, job_return):
                 return returned
-        except (OSError, ValueError, Exception):  # noqa: BLE001 - a point killed before it returned
+        except Exception:  # noqa: BLE001 - a point killed before it returned, or a result that cannot be read
             pass
     task = _task_config(sweep_config)
     result = job_return(overrides=list(point.overrides), cfg=task, hydra_cfg=sweep_config,

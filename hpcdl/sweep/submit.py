@@ -100,19 +100,15 @@ def check_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptio
         raise SubmissionError(f"sweep {sweep.id} was cancelled: it takes no more points")
     first = points[0].plan.cluster
     own = sweep.manifest["plan"]["cluster"]
-    if (first.backend, first.store) != (own["backend"], own["store"]):
-        raise ConfigError(f"point {points[0].num}: a sweep runs on one cluster backend and store; this batch has "
-                          f"{first.backend} {first.store or '(default store)'}, the sweep {own['backend']} "
-                          f"{own['store'] or '(default store)'}")
     for point in points:
-        if first.backend == "local" and point.plan.gpus is not None:
-            raise ConfigError(f"training.gpus={list(point.plan.gpus)}: a local sweep gives each point GPUs of its "
-                              "own (one per rank); leave training.gpus unset")
         profile = point.plan.cluster
-        if (profile.backend, profile.store) != (first.backend, first.store):
+        if (profile.backend, profile.store) != (own["backend"], own["store"]):
             raise ConfigError(f"point {point.num} ({' '.join(point.overrides)}): a sweep runs on one cluster "
                               f"backend and store; it has {profile.backend} {profile.store or '(default store)'}, "
-                              f"point {points[0].num} {first.backend} {first.store or '(default store)'}")
+                              f"the sweep {own['backend']} {own['store'] or '(default store)'}")
+        if profile.backend == "local" and point.plan.gpus is not None:
+            raise ConfigError(f"training.gpus={list(point.plan.gpus)}: a local sweep gives each point GPUs of its "
+                              "own (one per rank); leave training.gpus unset")
         if options.points_per_task > 1 and point.plan.world_size > 1:
             raise ConfigError(f"hydra.launcher.points_per_task={options.points_per_task}: point {point.num} "
                               f"runs on {point.plan.world_size} ranks; only single-rank points are packed")
