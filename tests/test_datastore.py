@@ -16,6 +16,7 @@ from PIL import Image
 
 from hpcdl import ConfigError, ImageDatastore, TrainingOptions, build_model, train_network
 from hpcdl.data.augment import AugmentedImageDatastore
+from hpcdl.data.encoded import decoded_on_cpu
 from hpcdl.data.images import BadImageError
 from hpcdl.data.loader import BatchLoader, default_workers
 
@@ -254,23 +255,43 @@ def _pil_as_nvjpeg(files, channels, device):  # noqa: ANN001, ANN202 - stands in
             for f in files]
 
 
-@pytest.mark.parametrize("background", [False, True])
-def test_encoded_path_gives_the_batches_of_the_decoding_workers(tree: Path, background: bool,
+@pytest.mark.parametrize(("background", "cpu_share"), [(False, 0.0), (True, 0.0), (True, 0.7), (False, 1.0)])
+def test_encoded_path_gives_the_batches_of_the_decoding_workers(tree: Path, background: bool, cpu_share: float,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """Workers shipping bytes (PNG, BMP, TIFF decoded by them) and one batched decode: the same batches."""
-    monkeypatch.setattr("hpcdl.data.encoded.nvjpeg", _pil_as_nvjpeg)
+    """Workers shipping bytes (PNG, BMP, TIFF and a share of the JPEG files decoded by them) and one batched
+    decode: the same batches, in the same order."""
+    on_gpu: list[int] = []
+
+    def counting(files, channels, device):  # noqa: ANN001, ANN202
+        on_gpu.append(len(files))
+        return _pil_as_nvjpeg(files, channels, device)
+
+    monkeypatch.setattr("hpcdl.data.encoded.nvjpeg", counting)
     store = AugmentedImageDatastore(ImageDatastore(tree, channels=3), [12, 12], crop="random",
                                     random_x_reflection=True, rotation=[-10, 10], brightness=0.2, seed=3)
     chunks = [torch.tensor([0, 4, 8, 1]), torch.tensor([2, 3, 5, 6, 7])]
     batches = []
     for encoded in (False, True):
         loader = BatchLoader(store, torch.device("cpu"), torch.channels_last, background, workers=1,
-                             gpu_decode=encoded)
+                             gpu_decode=encoded, cpu_decode_share=cpu_share)
         batches.append(list(loader.epoch(chunks, 2)))
     for (x, y), (x2, y2) in zip(*batches):
         assert x2.dtype == torch.float32 and x2.is_contiguous(memory_format=torch.channels_last)
         torch.testing.assert_close(x2, x, rtol=0, atol=0)
         assert torch.equal(y2, y)
+    jpegs = [i for i, path in enumerate(store.store.paths) if path.endswith((".jpg", ".jpeg"))]
+    gpu = [i for i in jpegs if not decoded_on_cpu(i, 2, cpu_share)]
+    assert sum(on_gpu) == len(gpu) == {0.0: len(jpegs), 1.0: 0, 0.7: 1}[cpu_share]
+
+
+def test_the_workers_share_of_jpeg_decoding_is_spread_evenly() -> None:
+    for share in (0.0, 0.3, 0.7, 1.0):
+        for epoch in (0, 5):
+            picked = [decoded_on_cpu(i, epoch, share) for i in range(2560)]
+            assert abs(sum(picked) - share * 2560) <= 2  # the whole epoch
+            for start in range(0, 2560, 256):  # and each batch of 256 consecutive indices
+                assert abs(sum(picked[start:start + 256]) - share * 256) <= 3
+    assert [decoded_on_cpu(i, 0, 0.5) for i in range(64)] != [decoded_on_cpu(i, 1, 0.5) for i in range(64)]
 
 
 def test_encoded_path_names_a_corrupt_jpeg_and_falls_back_per_file(tree: Path,

@@ -136,6 +136,9 @@ class TrainingOptions:
     gpu_decode: str = "auto"
     """Decode JPEG files on the GPU (nvJPEG, batched), then crop, flip and augment there; workers only read bytes.
     auto: on when training on a GPU from an augmented datastore of mostly JPEG files; on; off (decode on the CPU)."""
+    cpu_decode_share: float = 0.0
+    """With GPU decoding, the share of JPEG files the background workers still decode and augment on the CPU,
+    in [0, 1], spread evenly over the batches (for GPUs without JPEG engines and nodes with idle CPUs)."""
     device_prefetch: int = 2
     """Batches copied, decoded and augmented on a side CUDA stream ahead of the step, >= 0 (0: on the step's stream)."""
     comm: str = "torch"
@@ -170,6 +173,7 @@ class TrainingOptions:
         check_loss(self.loss, self.loss_args)
         require(self, "num_workers", self.num_workers is None or self.num_workers >= 0, ">= 0 or null")
         require(self, "device_prefetch", self.device_prefetch >= 0, ">= 0")
+        require(self, "cpu_decode_share", 0 <= self.cpu_decode_share <= 1, "in [0, 1]")
         for name in ("max_epochs", "mini_batch_size", "validation_frequency", "verbose_frequency",
                      "checkpoint_frequency", "checkpoint_keep", "learn_rate_drop_period", "prefetch_factor"):
             require(self, name, getattr(self, name) >= 1, "a positive integer")

@@ -1,9 +1,11 @@
 """JPEG files decoded on the GPU: workers read bytes, nvJPEG decodes a whole batch, the GPU augments it.
 
 A worker ships each JPEG file's bytes (one buffer per batch, with offsets) and the
-image's augmentation draws. Other formats, and JPEG files cut short, are decoded
-in the worker as on the CPU path (a fallback per file), so one odd file costs
-the rest of its batch nothing. On the GPU a batch is decoded by one call of
+image's augmentation draws. Other formats, JPEG files cut short, and a set share
+of the JPEG files (``cpu_share``, as DALI splits a batch between its decoders)
+are decoded and augmented in the worker as on the CPU path, so one odd file
+costs the rest of its batch nothing and idle CPUs take load off the GPU's
+decoder. On the GPU the rest of a batch is decoded by one call of
 ``torchvision.io.decode_jpeg`` (the hardware JPEG engines where the GPU has
 them), then cropped, flipped and augmented as one batch by
 ``AugmentedImageDatastore.augment`` with the same draws as the CPU path. A file
@@ -22,7 +24,7 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 
 from hpcdl.data.augment import AugmentedImageDatastore
-from hpcdl.data.batches import Batch
+from hpcdl.data.batches import Batch, pinned_to
 from hpcdl.data.images import ImageDatastore, as_chw
 from hpcdl.errors import ConfigError
 
@@ -58,8 +60,10 @@ class EncodedBatch:
     """uint8: every JPEG file of the batch, end to end."""
     offsets: list[int]
     """Image i's file is data[offsets[i]:offsets[i + 1]] (empty for an image in ``decoded``)."""
-    decoded: dict[int, torch.Tensor]
-    """Position in the batch -> uint8 CxHxW, for files that are no whole JPEG (decoded in the worker)."""
+    done: torch.Tensor
+    """uint8 N x C x h x w: the images the workers decoded and augmented themselves, in batch order."""
+    done_at: list[int]
+    """Their positions in the batch (their files are empty in ``data``)."""
     indices: list[int]
     """Each image's index in the datastore."""
     labels: torch.Tensor
@@ -70,17 +74,21 @@ class EncodedBatch:
 
     def pin_memory(self) -> "EncodedBatch":
         """Pin what is copied to the GPU as it is (nvJPEG stages the file bytes itself)."""
-        return dataclasses.replace(self, decoded={i: t.pin_memory() for i, t in self.decoded.items()},
-                                   labels=self.labels.pin_memory(), draws=self.draws.pin_memory())
+        return dataclasses.replace(self, done=self.done.pin_memory(), labels=self.labels.pin_memory(), draws=self.draws.pin_memory())
+
+
+def decoded_on_cpu(index: int, epoch: int, share: float) -> bool:
+    """Whether the workers decode image ``index`` in ``epoch`` themselves: a fixed, evenly spread ``share``."""
+    return ((index * 0x9E3779B1 + epoch * 0x85EBCA77) & 0xFFFFFFFF) < share * 2**32
 
 
 class EncodedItems(Dataset):
-    """The worker's side: (index, label, draws, JPEG bytes or a CPU-decoded image) of an augmented datastore."""
+    """The worker's side: (index, label, draws, JPEG bytes or an image it augmented) of an augmented datastore."""
 
     accepts_epoch = True
 
-    def __init__(self, augmented: AugmentedImageDatastore) -> None:
-        self.augmented, self.store = augmented, augmented.store
+    def __init__(self, augmented: AugmentedImageDatastore, cpu_share: float = 0.0) -> None:
+        self.augmented, self.store, self.cpu_share = augmented, augmented.store, cpu_share
 
     def __len__(self) -> int:
         return len(self.store)
@@ -95,10 +103,12 @@ class EncodedItems(Dataset):
         if data is None:
             return None
         draws, label = self.augmented.draws(index, epoch), int(self.store.labels[index])
-        if is_whole_jpeg(data):
+        if is_whole_jpeg(data) and not decoded_on_cpu(index, epoch, self.cpu_share):
             return index, label, draws, data, None
         array = self.store.decode(index, data, self.augmented.draft)
-        return None if array is None else (index, label, draws, b"", as_chw(array))
+        if array is None:
+            return None
+        return index, label, draws, b"", self.augmented.augment([as_chw(array)], draws[None])[0]
 
 
 def collate_encoded(items: list[Any]) -> EncodedBatch:
@@ -108,8 +118,9 @@ def collate_encoded(items: list[Any]) -> EncodedBatch:
     offsets = np.cumsum([0] + [len(f) for f in files]).tolist()
     joined = b"".join(files)
     data = torch.frombuffer(bytearray(joined), dtype=torch.uint8) if joined else torch.empty(0, dtype=torch.uint8)
-    return EncodedBatch(data=data, offsets=offsets,
-                        decoded={i: item[4] for i, item in enumerate(kept) if item[4] is not None},
+    done_at = [i for i, item in enumerate(kept) if item[4] is not None]
+    return EncodedBatch(data=data, offsets=offsets, done_at=done_at,
+                        done=torch.stack([kept[i][4] for i in done_at]) if done_at else torch.zeros(0, dtype=torch.uint8),
                         indices=[item[0] for item in kept],
                         labels=torch.tensor([item[1] for item in kept], dtype=torch.long),
                         draws=torch.stack([item[2] for item in kept]) if kept else torch.zeros(0, 1),
@@ -130,23 +141,28 @@ def decode_on_device(batch: EncodedBatch, augmented: AugmentedImageDatastore, de
     left out (None when none is left)."""
     store: ImageDatastore = augmented.store
     count = len(batch.indices)
-    images: dict[int, Optional[torch.Tensor]] = {i: t.to(device, non_blocking=True)
-                                                 for i, t in batch.decoded.items()}
-    jpeg = [i for i in range(count) if i not in batch.decoded]
+    done = set(batch.done_at)
+    jpeg = [i for i in range(count) if i not in done]
     files = [batch.data[batch.offsets[i]:batch.offsets[i + 1]] for i in jpeg]
     try:
         decoded = nvjpeg(files, store.channels, device) if files else []
     except RuntimeError:  # one file nvJPEG refuses fails the batch: find it, decode it on the CPU
         decoded = [_one_by_one(store, batch.indices[i], f, device) for i, f in zip(jpeg, files)]
-    for i, image in zip(jpeg, decoded):
-        images[i] = _at_image_size(image, store.image_size) if image is not None else None
-    keep = [i for i in range(count) if images[i] is not None]
-    skipped = batch.skipped + count - len(keep)
-    if not keep:
+    images = {i: _at_image_size(image, store.image_size) for i, image in zip(jpeg, decoded) if image is not None}
+    here = sorted(images)
+    skipped = batch.skipped + len(jpeg) - len(here)
+    if not here and not batch.done_at:
         return None, skipped
-    whole = len(keep) == count
-    x = augmented.augment([images[i] for i in keep], batch.draws if whole else batch.draws[keep])
-    y = (batch.labels if whole else batch.labels[keep]).to(device, non_blocking=True)
+    parts = [augmented.augment([images[i] for i in here], batch.draws[here])] if here else []
+    if batch.done_at:
+        parts.append(batch.done.to(device, non_blocking=True))
+    x = torch.cat(parts) if len(parts) > 1 else parts[0]
+    keep = here + batch.done_at
+    if len(parts) > 1 or len(keep) < count:  # back into batch order, without the skipped files
+        order = sorted(range(len(keep)), key=keep.__getitem__)
+        x = x[pinned_to(torch.tensor(order), device)]
+        keep = sorted(keep)
+    y = (batch.labels if len(keep) == count else batch.labels[keep]).to(device, non_blocking=True)
     return (x.to(torch.float32, memory_format=memory_format).div_(255.0), y), skipped
 
 
