@@ -66,12 +66,32 @@ def run(files: list[torch.Tensor], threads: int, batch: int, augmented: Augmente
     return done / wall, cpu / done
 
 
+def cpu_rate(augmented: AugmentedImageDatastore, workers: int, batch: int) -> float:
+    """images/s of ``workers`` processes decoding (PIL) and augmenting on the CPU, as hpcdl's CPU path does."""
+    from torch.utils.data import DataLoader
+
+    from hpcdl.data.loader import EpochBatches, collate_skipping
+
+    sampler = EpochBatches(True)
+    sampler.set(list(torch.arange(len(augmented)).split(batch)), 0)
+    loader = DataLoader(augmented, batch_sampler=sampler, num_workers=workers, collate_fn=collate_skipping,
+                        prefetch_factor=4)
+    iterator = iter(loader)
+    next(iterator)  # the workers started
+    start, done = time.perf_counter(), 0
+    for x, _, _ in iterator:
+        done += len(x)
+    return done / (time.perf_counter() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=4096)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--cpu-workers", type=int, nargs="*", default=[1, 15],
+                        help="also measure the CPU path (PIL decode + augment) with these many processes")
     parser.add_argument("--device", default="cuda", help="cuda (nvJPEG), or cpu to try the script here")
     parser.add_argument("--out", default="results/gpu_decode_stage.json")
     args = parser.parse_args()
@@ -90,6 +110,8 @@ def main() -> None:
                 rate, cpu = run(files, threads, args.batch, aug, draws, device)
                 figures.setdefault(f"{stage} x{threads} images/s", []).append(rate)
                 figures.setdefault(f"{stage} x{threads} cpu ms/image", []).append(1000 * cpu)
+    for workers in args.cpu_workers:
+        figures[f"cpu path x{workers} processes images/s"] = [cpu_rate(augmented, workers, args.batch)]
     result = {"benchmark": "gpu_decode_stage", "images": args.images, "batch": args.batch,
               "mean_file_kb": mean_bytes / 1024, "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
               **{k: {"median": statistics.median(v), "min": min(v), "max": max(v)} for k, v in figures.items()}}
