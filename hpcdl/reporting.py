@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from hpcdl.distributed import heartbeat
 from hpcdl.store.files import FUNCTION_RESULT, METRICS
 
 _started = time.monotonic()
@@ -42,6 +43,7 @@ def report(step: int, loss: float, *, accuracy: Optional[float] = None, epoch: i
            total: Optional[int] = None, **metrics: float) -> None:
     """Record training step ``step`` (from 1): its loss, accuracy in [0, 1] and any other numbers;
     ``total`` steps in all gives `jobs list` its percentage."""
+    heartbeat.stepped()
     _append({"kind": "iteration", "epoch": epoch, "iteration": int(step), "loss": float(loss),
              "accuracy": None if accuracy is None else float(accuracy), "total": total,
              **{k: float(v) for k, v in metrics.items()}})

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hpcdl.distributed import heartbeat
 from hpcdl.distributed.env import discover, free_port
 from hpcdl.errors import HpcdlError
 from hpcdl.plan import JobPlan
@@ -40,7 +41,9 @@ def run_user_code(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> Any:
 
         return locate(plan.command[0], "entry")(plan.config)
     script, *arguments = plan.command
-    code = subprocess.call([sys.executable, in_snapshot(script, folder, manifest), *arguments])
+    process = subprocess.Popen([sys.executable, in_snapshot(script, folder, manifest), *arguments])
+    heartbeat.follow(process.pid)  # a stopped script stops this rank's heartbeat
+    code = process.wait()
     if code != 0:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         raise ScriptFailed(f"rank {os.environ['RANK']}: {Path(plan.command[0]).name} {how}")

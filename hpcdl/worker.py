@@ -19,9 +19,11 @@ import sys
 import threading
 import time
 import traceback
+import uuid
 from pathlib import Path
 from typing import Any
 
+from hpcdl.distributed import heartbeat
 from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank
 from hpcdl.errors import FolderGoneError
 from hpcdl.host import end_own_job
@@ -114,6 +116,7 @@ def _launch_ranks(path: Path, plan: JobPlan) -> None:
     from hpcdl.distributed.launch import launch_local
 
     world = plan.world_size
+    os.environ[heartbeat.RUN_TOKEN] = uuid.uuid4().hex
     rank_command = [sys.executable, "-u", "-m", "hpcdl.worker", str(path)]
     if plan.mpi:
         code = subprocess.call([*plan.cluster.mpirun, "-n", str(world), *rank_command])
@@ -155,9 +158,13 @@ def run_job(folder: str) -> None:
                      restarts=int(os.environ.get("SLURM_RESTART_COUNT", "0")))
     if plan.kind == "train":
         listen_for_stop()
+    if plan.world_size > 1 and plan.cluster.heartbeat_timeout_s:
+        heartbeat.start(path, global_rank(), plan.world_size, plan.lead_rank, plan.cluster.heartbeat_timeout_s,
+                        plan.cluster.heartbeat_startup_s)
     try:
         _run_payload(path, plan, manifest)
     except StopRequested as stop:
+        heartbeat.finish()
         _after_stop(path, plan, stop, manifest["id"])
         return
     except BaseException as e:
@@ -165,6 +172,7 @@ def run_job(folder: str) -> None:
             write_final(path, "FAILED", rank=global_rank(),  # whichever rank fails first says why
                         reason=f"rank {global_rank()}: {type(e).__name__}: {e}", traceback=traceback.format_exc())
         raise
+    heartbeat.finish()
     if _all_ranks_done(path, plan):
         write_final(path, "COMPLETED")
 

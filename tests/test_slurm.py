@@ -215,6 +215,36 @@ def test_a_rank_killed_mid_training_fails_the_job_fast_naming_it(store: Path) ->
     assert "task 1" in shown, shown
 
 
+def test_a_stopped_rank_fails_the_job_fast_naming_it_and_its_node(store: Path, digits_root: Path) -> None:
+    import json
+    import signal
+
+    done = _cli("hpcdl.submit", "cluster=slurm", "cluster.nodes=2", "cluster.tasks_per_node=1",
+                "training.execution_environment=parallel", f"data.root={digits_root}", "training.max_epochs=1000",
+                "training.mini_batch_size=16", "training.verbose=false", "cluster.heartbeat_timeout_s=5",
+                "cluster.time=00:10:00")
+    job_id = done.stdout.split()[2]
+    beat = store / job_id / "heartbeats" / "rank1.json"
+    deadline = time.monotonic() + 120
+    while not (beat.is_file() and json.loads(beat.read_text())["stepped"]):
+        assert time.monotonic() < deadline, _cli("hpcdl.jobs", "show", job_id).stdout
+        time.sleep(0.5)
+    record = json.loads(beat.read_text())
+    os.kill(record["pid"], signal.SIGSTOP)  # both slurmd run on this machine
+    stopped = time.monotonic()
+    try:
+        assert _cli("hpcdl.jobs", "wait", job_id, "--timeout", "120", check=False).stdout.strip() == "FAILED"
+        assert time.monotonic() - stopped < 60
+        shown = _cli("hpcdl.jobs", "show", job_id).stdout
+        assert f"rank 1 (host n2, pid {record['pid']}) sent no heartbeat" in shown, shown
+        while Path(f"/proc/{record['pid']}").exists():  # srun's kill-on-bad-exit ends the stopped rank
+            assert time.monotonic() - stopped < 90
+            time.sleep(0.5)
+    finally:
+        if Path(f"/proc/{record['pid']}").exists():
+            os.kill(record["pid"], signal.SIGKILL)
+
+
 def test_own_network_and_dataset_train_on_both_nodes_from_the_users_folder(store: Path, tmp_path: Path) -> None:
     from tests.user_parts import write_user_code
 

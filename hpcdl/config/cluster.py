@@ -103,6 +103,11 @@ class ClusterConfig:
     """NCCL / InfiniBand / GPUDirect settings for every rank (shown by dry_run)."""
     collective_timeout_s: int = 300
     """A collective that waits longer than this fails the job (a lost rank), >= 10."""
+    heartbeat_timeout_s: int = 120
+    """A rank of a multi-rank job that sends no heartbeat this long after its first step (stopped, frozen, its
+    node lost) fails the job, named in jobs show; 0: no heartbeats, else >= 5."""
+    heartbeat_startup_s: int = 900
+    """The same before a rank's first step (imports, compiling, the first collective), >= heartbeat_timeout_s."""
     mpirun: List[str] = field(default_factory=lambda: ["mpirun"])
     """How training.comm=mpi jobs start their ranks inside the allocation (Open MPI's mpirun reads Slurm's)."""
 
@@ -121,6 +126,10 @@ class ClusterConfig:
                 "a Slurm memory size such as 4000, 512M or 16G")
         time_limit_minutes(self.time)
         require(self, "collective_timeout_s", self.collective_timeout_s >= 10, ">= 10")
+        require(self, "heartbeat_timeout_s", self.heartbeat_timeout_s == 0 or self.heartbeat_timeout_s >= 5,
+                "0 (off) or >= 5")
+        require(self, "heartbeat_startup_s", self.heartbeat_startup_s >= self.heartbeat_timeout_s,
+                f">= heartbeat_timeout_s ({self.heartbeat_timeout_s})")
         require(self, "mpirun", len(self.mpirun) > 0, "a command, e.g. [mpirun, --bind-to, none]")
         check_variable_names(self.env, "cluster.env")
         check_variable_names(self.export, "cluster.export")

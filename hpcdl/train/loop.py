@@ -17,6 +17,7 @@ from hpcdl.data.batches import as_dataset, classes_of
 from hpcdl.data.images import BadImageError
 from hpcdl.data.encoded import use_gpu_decode
 from hpcdl.data.loader import BatchLoader
+from hpcdl.distributed import heartbeat
 from hpcdl.distributed.context import DistContext, init_context
 from hpcdl.distributed.shares import shares
 from hpcdl.errors import ConfigError
@@ -161,6 +162,7 @@ def run_epochs(step: Step, loader: BatchLoader, validation: Validation, progress
             x, y = loaded
             learn_rate = learn_rate_at(options, state.iteration, per_epoch, settings.learn_rate)
             loss, out = step(x, y, total, learn_rate)
+            heartbeat.stepped()
             state.iteration += 1
             progress.step(epoch + 1, state.iteration, learn_rate, loss,
                           correct_count(out, y, reports_accuracy(options, out, y)), len(y), waited)

@@ -1,0 +1,166 @@
+"""Heartbeats: every rank says it is alive; two ranks watch the others and end the job naming a silent one.
+
+A thread in each rank of a multi-rank job rewrites ``heartbeats/rankN.json``
+(host, pid, a tick count, whether it has trained a step) every few seconds. A
+rank stopped with SIGSTOP, frozen, or lost with its node stops ticking while
+its peers wait for it in a collective. The lead rank and the one after it
+read every rank's file at each tick; a rank whose file has not changed for the
+timeout (``startup_s`` until that rank's first step: imports, compiling, the
+first collective; ``timeout_s`` after) is named in the job's FAILED state
+(the first final state written holds), and the watching rank exits with an
+error, so hpcdl's launcher or srun's kill-on-bad-exit ends the others.
+Changes are timed by the watcher's own monotonic clock: nodes' clocks need not
+agree. Files of an earlier run of the job (before a requeue or a resume) carry
+another run token and count as not written yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from hpcdl.errors import FolderGoneError
+from hpcdl.store.atomic import make_folder
+from hpcdl.store.files import HEARTBEATS
+from hpcdl.store.folders import read_json
+from hpcdl.store.status import write_final
+
+RUN_TOKEN = "HPCDL_RUN_TOKEN"
+"""Set by hpcdl's local launcher for its ranks; on Slurm the job id and restart count stand for it."""
+
+_stepped = threading.Event()
+_followed: list[int] = []
+_ticker: Optional["_Ticker"] = None
+
+
+def stepped() -> None:
+    """Note that this rank has trained (or reported) a step: from now on the short timeout applies to it."""
+    if not _stepped.is_set():
+        _stepped.set()
+
+
+def follow(pid: int) -> None:
+    """Tick only while process ``pid`` (this rank's script) is not stopped."""
+    _followed.append(pid)
+
+
+def finish() -> None:
+    """Note that this rank has returned: the watchers no longer expect its heartbeat."""
+    if _ticker is not None:
+        _ticker.write(done=True)
+
+
+def run_token() -> str:
+    """What tells this run of the job from an earlier one (a requeue, a resume)."""
+    if os.environ.get(RUN_TOKEN):
+        return os.environ[RUN_TOKEN]
+    return f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_RESTART_COUNT', '0')}"
+
+
+def interval_for(timeout_s: float) -> float:
+    """Seconds between ticks: several per timeout, at most 5."""
+    return max(0.5, min(5.0, timeout_s / 6))
+
+
+def start(folder: Path, rank: int, world_size: int, lead_rank: int, timeout_s: float, startup_s: float) -> None:
+    """Start this rank's ticking thread, and its watching thread when it is the lead rank or the next one."""
+    global _ticker
+    beats = make_folder(folder / HEARTBEATS)
+    token, interval = run_token(), interval_for(timeout_s)
+    _ticker = _Ticker(beats, rank, token)
+    threading.Thread(target=_ticker.run, args=(interval,), name="hpcdl-heartbeat", daemon=True).start()
+    if rank in (lead_rank, (lead_rank + 1) % world_size):
+        watcher = Watcher(folder, beats, world_size, rank, token, timeout_s, startup_s)
+        threading.Thread(target=watcher.run, args=(interval,), name="hpcdl-heartbeat-watch", daemon=True).start()
+
+
+class _Ticker:
+    """Rewrites this rank's heartbeat file."""
+
+    def __init__(self, beats: Path, rank: int, token: str) -> None:
+        self.path, self.rank, self.token = beats / f"rank{rank}.json", rank, token
+        self.host, self.pid, self.ticks = os.environ.get("SLURMD_NODENAME") or socket.gethostname(), os.getpid(), 0
+        self.lock = threading.Lock()
+        self.done = False
+
+    def run(self, interval: float) -> None:
+        while not self.done:
+            if not any(_is_stopped(pid) for pid in _followed):
+                self.write()
+            time.sleep(interval)
+
+    def write(self, done: bool = False) -> None:
+        with self.lock:
+            if self.done:
+                return
+            self.ticks, self.done = self.ticks + 1, done
+            record = {"rank": self.rank, "host": self.host, "pid": self.pid, "run": self.token,
+                      # a followed script's state is read exactly: no long allowance for its start
+                      "ticks": self.ticks, "stepped": _stepped.is_set() or bool(_followed), "done": done}
+            temporary = self.path.with_name(f".{self.path.name}.{self.pid}.tmp")
+            with contextlib.suppress(OSError):  # a full or vanished store: the watchers judge the silence
+                temporary.write_text(json.dumps(record))
+                os.replace(temporary, self.path)
+
+
+def _is_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (state T or t in /proc); False once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] in "Tt"
+
+
+class Watcher:
+    """Reads every rank's heartbeat and ends the job when one falls silent."""
+
+    def __init__(self, folder: Path, beats: Path, world_size: int, rank: int, token: str, timeout_s: float,
+                 startup_s: float) -> None:
+        self.folder, self.beats, self.rank, self.token = folder, beats, rank, token
+        self.timeout_s, self.startup_s = timeout_s, startup_s
+        now = time.monotonic()
+        self.seen: dict[int, tuple[Optional[dict[str, Any]], float]] = {r: (None, now) for r in range(world_size)}
+
+    def run(self, interval: float) -> None:
+        while True:
+            time.sleep(interval)
+            silent = self.silent_rank()
+            if silent is not None:
+                self.fail(*silent)
+
+    def silent_rank(self) -> Optional[tuple[int, Optional[dict[str, Any]], float]]:
+        """(rank, its last heartbeat, seconds silent) of the first rank past its timeout, or None."""
+        now = time.monotonic()
+        for rank, (last, since) in self.seen.items():
+            try:
+                beat = read_json(self.beats / f"rank{rank}.json")
+            except (OSError, ValueError):  # being replaced, or damaged: judged by the next read
+                beat = last
+            if beat is not None and beat.get("run") != self.token:
+                beat = None  # an earlier run's
+            if beat != last:
+                self.seen[rank] = (beat, now)
+                continue
+            if beat is not None and beat.get("done"):
+                continue
+            limit = self.timeout_s if beat is not None and beat.get("stepped") else self.startup_s
+            if now - since > limit:
+                return rank, beat, now - since
+        return None
+
+    def fail(self, rank: int, beat: Optional[dict[str, Any]], silent_s: float) -> None:
+        where = f" (host {beat['host']}, pid {beat['pid']})" if beat else ""
+        what = "sent no heartbeat" if beat else "never sent a heartbeat"
+        reason = f"rank {rank}{where} {what} for {silent_s:.0f} s: stopped, hung or lost; noticed by rank {self.rank}"
+        with contextlib.suppress(OSError, FolderGoneError):
+            write_final(self.folder, "FAILED", rank=rank, reason=reason)
+        print(f"[hpcdl] {reason}", file=sys.stderr, flush=True)
+        os._exit(1)
