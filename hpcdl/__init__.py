@@ -30,6 +30,10 @@ _EXPORTS = {
     "report_validation": "hpcdl.reporting",
     "save_result": "hpcdl.reporting",
     "results_dir": "hpcdl.reporting",
+    "load_checkpoint": "hpcdl.resumable",
+    "save_checkpoint": "hpcdl.resumable",
+    "stop_requested": "hpcdl.resumable",
+    "stop": "hpcdl.resumable",
     "Job": "hpcdl.store.job",
     "ClusterConfig": "hpcdl.config.cluster",
 }

@@ -15,7 +15,7 @@ from hpcdl.config.cluster import time_limit_seconds
 from hpcdl.config.secrets import check_no_secret_values
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.host import process_id
-from hpcdl.store.files import FINAL, FUNCTION, MANIFEST
+from hpcdl.store.files import CHECKPOINTS, FINAL, FUNCTION, MANIFEST
 from hpcdl.store.folders import JobRecord, new_job_folder, remember_root, remove_job_folder, store_root, write_json
 from hpcdl.plan import JobPlan, resolve_function
 from hpcdl.snapshot import take_snapshot
@@ -106,8 +106,11 @@ def resume_job(job: Job, time_limit: Optional[str] = None) -> Job:
     ``resumes``; until the backend has the job again it lists as SUBMITTING.
     """
     record = job.refresh()
-    if record.manifest.get("kind") != "train":
-        raise SubmissionError(f"job {job.id}: only training jobs resume (they checkpoint); submit a function again")
+    kind = record.manifest.get("kind")
+    if kind not in ("train", "entry", "script", "function"):
+        raise SubmissionError(f"job {job.id}: a {kind} does not resume; its points do, one by one")
+    if kind != "train" and not any((record.folder / CHECKPOINTS).glob("checkpoint-*.pt")):
+        raise SubmissionError(f"job {job.id} saved no checkpoint (hpcdl.save_checkpoint): submit it again instead")
     if record.state not in RESUMABLE:
         raise SubmissionError(f"job {job.id} is {record.state}: only a job that ended {', '.join(RESUMABLE)} resumes")
     plan = JobPlan.from_dict(record.manifest["plan"])

@@ -4,6 +4,7 @@ torchrun sets, so that code written for torchrun runs unchanged on one node or s
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +14,12 @@ from hpcdl.distributed import heartbeat
 from hpcdl.distributed.env import discover, free_port
 from hpcdl.errors import HpcdlError
 from hpcdl.plan import JobPlan
+from hpcdl.distributed.heartbeat import run_token
+from hpcdl.resumable import SCRIPT_RANK, STOP_FLAG, stopped_script_step
 from hpcdl.snapshot import in_snapshot
-from hpcdl.store.atomic import make_folder
+from hpcdl.store.atomic import atomic_write_text, make_folder
 from hpcdl.store.files import RESULTS_DIR
+from hpcdl.train.stopping import STOP_SIGNAL, StopRequested
 
 
 class ScriptFailed(HpcdlError):
@@ -41,10 +45,16 @@ def run_user_code(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> Any:
 
         return locate(plan.command[0], "entry")(plan.config)
     script, *arguments = plan.command
-    process = subprocess.Popen([sys.executable, in_snapshot(script, folder, manifest), *arguments])
+    signal.signal(STOP_SIGNAL, signal.SIG_IGN)  # the script inherits this: the stop signal never kills it
+    process = subprocess.Popen([sys.executable, in_snapshot(script, folder, manifest), *arguments],
+                               env={**os.environ, SCRIPT_RANK: "1"})
+    signal.signal(STOP_SIGNAL, lambda _signum, _frame: atomic_write_text(folder / STOP_FLAG, run_token()))
     heartbeat.follow(process.pid)  # a stopped script stops this rank's heartbeat
     code = process.wait()
     if code != 0:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         raise ScriptFailed(f"rank {os.environ['RANK']}: {Path(plan.command[0]).name} {how}")
+    step = stopped_script_step(folder)
+    if step is not None:
+        raise StopRequested(step)
     return None

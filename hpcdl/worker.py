@@ -80,7 +80,7 @@ def _enforce_local_time_limit(folder: Path, plan: JobPlan) -> None:
         os.kill(os.getpid(), STOP_SIGNAL)
 
     timers = [threading.Timer(plan.time_limit_s, expire)]
-    if plan.kind == "train" and 0 < plan.cluster.signal_delay_s < plan.time_limit_s:
+    if 0 < plan.cluster.signal_delay_s < plan.time_limit_s:
         timers.append(threading.Timer(plan.time_limit_s - plan.cluster.signal_delay_s, warn))
     for timer in timers:
         timer.daemon = True
@@ -116,7 +116,6 @@ def _launch_ranks(path: Path, plan: JobPlan) -> None:
     from hpcdl.distributed.launch import launch_local
 
     world = plan.world_size
-    os.environ[heartbeat.RUN_TOKEN] = uuid.uuid4().hex
     rank_command = [sys.executable, "-u", "-m", "hpcdl.worker", str(path)]
     if plan.mpi:
         code = subprocess.call([*plan.cluster.mpirun, "-n", str(world), *rank_command])
@@ -144,6 +143,8 @@ def run_job(folder: str) -> None:
     os.environ["HPCDL_SIGNAL_DELAY_S"] = str(plan.cluster.signal_delay_s)
     launched_as_rank = any(name in os.environ for name in LAUNCHER_RANK_VARIABLES)
     first_process = plan.cluster.backend == "local" and not launched_as_rank
+    if first_process:  # tells this run's heartbeats and stop flags from an earlier run's (Slurm: job id, restart)
+        os.environ[heartbeat.RUN_TOKEN] = uuid.uuid4().hex
     if plan.world_size > 1 and first_process:
         _enforce_local_time_limit(path, plan)
         _launch_ranks(path, plan)
@@ -156,7 +157,7 @@ def run_job(folder: str) -> None:
         write_status(path, "RUNNING", started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
                      slurm_job_id=os.environ.get("SLURM_JOB_ID"),
                      restarts=int(os.environ.get("SLURM_RESTART_COUNT", "0")))
-    if plan.kind == "train":
+    if plan.kind != "script":  # a script's rank takes the signal in hpcdl.usercode
         listen_for_stop()
     if plan.world_size > 1 and plan.cluster.heartbeat_timeout_s:
         heartbeat.start(path, global_rank(), plan.world_size, plan.lead_rank, plan.cluster.heartbeat_timeout_s,
