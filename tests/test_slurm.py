@@ -332,3 +332,35 @@ def test_a_torchrun_style_script_runs_across_both_nodes(store: Path, tmp_path: P
     hosts = subprocess.run(["sacct", "-n", "-P", "-X", "-o", "NodeList", "-j", job.backend_id],
                            capture_output=True, text=True).stdout.strip()
     assert hosts == "n[1-2]"
+
+
+def test_a_script_stopped_on_both_nodes_by_the_signal_resumes_where_its_ranks_agreed(store: Path,
+                                                                                    tmp_path: Path) -> None:
+    from hpcdl.store.job import Job
+    from tests.test_user_resume import SCRIPT
+
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "steps.py").write_text(SCRIPT)
+    steps = 600
+    done = subprocess.run([sys.executable, "-m", "hpcdl.submit", "cluster=slurm", "cluster.nodes=2",
+                           "script=steps.py", "cluster.time=00:10:00", "cluster.max_requeues=0", "name=script-stop",
+                           "--", str(steps)], capture_output=True, text=True, timeout=300, cwd=user)
+    assert done.returncode == 0, done.stderr
+    job = Job.attach(done.stdout.split()[2])
+    deadline = time.monotonic() + 120
+    while not any((job.folder / "checkpoints").glob("checkpoint-*.pt")):
+        assert time.monotonic() < deadline, job.error()
+        time.sleep(0.5)
+    subprocess.run(["scancel", "--signal=USR2", job.backend_id], check=True)  # to every step's tasks
+    assert job.wait(timeout=120) == "STOPPED", job.error()
+    import json
+
+    stopped = json.loads((job.folder / "final.json").read_text())["iteration"]
+    assert 0 < stopped < steps
+    assert f"rank 1 stops after step {stopped}" in job.logs(1)
+    assert "resumed" in _cli("hpcdl.jobs", "resume", job.id).stdout
+    job = Job.attach(job.id)
+    assert job.wait(timeout=240) == "COMPLETED", job.error()
+    assert f"rank 1 starts after step {stopped}" in job.logs(1)
+    assert job.result() == {"total": 2 * steps * (steps + 1) / 2, "steps": steps}
