@@ -41,7 +41,7 @@ def runs_user_code(plan: JobPlan) -> bool:
         return False
     config = plan.config
     return plan.kind != "train" or not (config.model.built_in and config.data.built_in
-                                        and not config.training.own_loss)
+                                        and not config.training.own_loss and config.data.transform is None)
 
 
 def job_manifest(job_id: str, plan: JobPlan, overrides: Sequence[str], code: Optional[dict[str, Any]],

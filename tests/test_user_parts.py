@@ -50,6 +50,47 @@ def test_own_network_trains_on_the_built_in_digits_and_loads_back(store: Path, d
     assert net.hidden == 12
 
 
+def test_own_transform_runs_on_every_training_image_of_each_epoch(store: Path, digits_root: Path,
+                                                                  tmp_path: Path) -> None:
+    from hpcdl import ImageDatastore
+
+    user = write_user_code(tmp_path / "user")
+    log = tmp_path / "calls.log"
+    _submit_and_fetch(user, tmp_path / "got", f"data.root={digits_root}", "data.transform=mynets.logged",
+                      f"+data.transform_args.log={log}", "training.dispatch_in_background=true",
+                      "training.num_workers=2")
+    trained = len(ImageDatastore(digits_root).split(0.2, seed=0)[0])
+    # 2 epochs, and once before them for the shape the network is built for; validation images untouched
+    assert len(log.read_text().splitlines()) == 2 * trained + 1
+
+
+def test_own_transform_gives_the_training_images_and_leaves_validation_alone(digits_root: Path) -> None:
+    from hpcdl.config.compose import compose_config
+    from hpcdl.train.job import training_data
+
+    plain = training_data(compose_config([f"data.root={digits_root}"]))
+    inverted = training_data(compose_config([f"data.root={digits_root}", "data.transform=torch.bitwise_not"]))
+    for i in (0, 7):
+        assert torch.equal(inverted[0][i][0], ~plain[0][i][0]) and inverted[0][i][1] == plain[0][i][1]
+        assert torch.equal(inverted[1][i][0], plain[1][i][0])
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["data.transform=torch.bitwise_nott"], "module 'torch' has no 'bitwise_nott' (did you mean 'torch.bitwise_not'?)"),
+    (["data.transform=torch.nn.Dropout", "+data.transform_args.pp=0.5"],
+     "data.transform_args.pp: torch.nn.modules.dropout.Dropout takes no argument 'pp' (did you mean 'p'?)"),
+    (["+data.transform_args.p=0.5"], "data.transform_args: arguments of data.transform, which is not set"),
+    (["data._target_=mynets.make_blobs", "+data.n=10", "data.transform=torch.bitwise_not"],
+     "data.transform: mynets.make_blobs takes no argument 'transform'"),  # yours: its own keys
+])
+def test_a_bad_transform_is_refused_before_submission(store: Path, tmp_path: Path, overrides: list[str],
+                                                      message: str) -> None:
+    user = write_user_code(tmp_path / "user")
+    refused = _cli(user, "hpcdl.submit", *overrides)
+    assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+    assert job_folders(store) == []
+
+
 def test_own_dataset_and_network_train_with_a_held_out_share(store: Path, tmp_path: Path) -> None:
     user = write_user_code(tmp_path / "user")
     summary = _submit_and_fetch(user, tmp_path / "got", "data._target_=mynets.make_blobs", "+data.n=120",

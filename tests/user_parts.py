@@ -31,11 +31,18 @@ def make_blobs(n: int, seed: int = 0) -> TensorDataset:
     data = TensorDataset(inputs, labels)
     data.classes = ["a", "b", "c"]
     return data
+
+
+def logged(image: torch.Tensor, log: str) -> torch.Tensor:
+    """A transform that notes each call in ``log`` and inverts the image."""
+    with open(log, "a") as f:
+        f.write("1\\n")
+    return 255 - image
 '''
 
 
 def write_user_code(folder: Path) -> Path:
-    """``folder`` with mynets.py in it (MyNet, make_blobs)."""
+    """``folder`` with mynets.py in it (MyNet, make_blobs, logged)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "mynets.py").write_text(SOURCE)
     return folder

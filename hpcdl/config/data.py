@@ -6,7 +6,7 @@ from dataclasses import field
 from typing import Any, Dict, List, Optional
 
 from hpcdl.config.fields import check_types, options, require, require_choice
-from hpcdl.config.targets import check_arguments, locate
+from hpcdl.config.targets import check_arguments, check_part, locate
 from hpcdl.errors import ConfigError
 
 BUILT_IN_DATA = "hpcdl.data.images.image_datastore"
@@ -82,6 +82,12 @@ class DataConfig:
     """error (name the file and stop) or skip (warn, leave it out, count it in the summary)."""
     augmentation: AugmentationConfig = field(default_factory=AugmentationConfig)
     """Augmentation of the training images (data.augmentation.output_size turns it on)."""
+    transform: Optional[str] = None
+    """Your own transform of each training image (a uint8 CxHxW tensor) after the augmentation, in the workers:
+    a dotted path to a class built with data.transform_args (torchvision.transforms.v2.ColorJitter) or a
+    function called as f(image, **transform_args). It returns a tensor (uint8 is scaled to [0, 1] as usual)."""
+    transform_args: Dict[str, Any] = field(default_factory=dict)
+    """Arguments of data.transform."""
     args: Dict[str, Any] = field(default_factory=dict)
     """Your dataset's arguments: the section's other keys, gathered at composition (built-in: empty)."""
 
@@ -99,6 +105,10 @@ class DataConfig:
                 raise ConfigError("data.augmentation: augments the built-in image datastores; "
                                   "transform your own data in your dataset")
             return
+        if self.transform is not None:
+            check_part(self.transform, self.transform_args, "data.transform", inputs=1)
+        elif self.transform_args:
+            raise ConfigError("data.transform_args: arguments of data.transform, which is not set")
         require(self, "args", not self.args, "empty for the built-in datastores (they take name, root, ...)")
         require_choice(self, "name", ("digits", "folder"))
         require_choice(self, "on_bad_file", ("error", "skip"))

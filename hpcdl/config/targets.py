@@ -9,6 +9,7 @@ signature at submission, so an unimportable target or a misspelt argument is ref
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import inspect
 from pathlib import Path
@@ -66,6 +67,26 @@ def check_arguments(target: Callable[..., Any], arguments: Iterable[str], suppli
     if missing:
         raise ConfigError(f"{section}: {_name(target)} needs {', '.join(missing)}; give "
                           + " ".join(f"+{section}.{n}=..." for n in missing))
+
+
+def check_part(path: str, arguments: dict[str, Any], option: str, inputs: int) -> None:
+    """ConfigError unless ``path`` imports as a class that takes ``arguments``, or as a function that takes
+    ``inputs`` positional inputs and ``arguments`` as keywords (a loss, a transform)."""
+    target = locate(path, option)
+    if inspect.isclass(target):
+        check_arguments(target, arguments, (), f"{option}_args")
+        return
+    try:
+        names = list(inspect.signature(target).parameters)[:inputs]
+    except (TypeError, ValueError):
+        names = []
+    check_arguments(target, arguments, names, f"{option}_args")
+
+
+def build_part(path: str, arguments: dict[str, Any], option: str) -> Callable[..., Any]:
+    """The class at ``path`` built with ``arguments``, or the function there given them as keywords."""
+    target = locate(path, option)
+    return target(**arguments) if inspect.isclass(target) else functools.partial(target, **arguments)
 
 
 def supplied_arguments(target: Callable[..., Any], offered: dict[str, Any]) -> dict[str, Any]:

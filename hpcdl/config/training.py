@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import field
 from typing import Any, Dict, List, Optional
 
 from hpcdl.config.fields import check_types, options, require, require_choice
-from hpcdl.config.targets import check_arguments, locate
+from hpcdl.config.targets import check_part
 from hpcdl.errors import ConfigError
 
 SOLVERS = ("sgdm", "adam", "rmsprop")
@@ -40,15 +39,7 @@ def check_loss(loss: str, arguments: dict[str, Any]) -> None:
     if "." not in loss.replace(":", "."):
         raise ConfigError(f"training.loss: {loss!r} is neither {' nor '.join(LOSSES)} nor a dotted path to your "
                           "own loss (torch.nn.CrossEntropyLoss, mypkg.losses:focal)")
-    target = locate(loss, "training.loss")
-    if inspect.isclass(target):
-        check_arguments(target, arguments, (), "training.loss_args")
-        return
-    try:
-        names = list(inspect.signature(target).parameters)[:2]
-    except (TypeError, ValueError):
-        names = []
-    check_arguments(target, arguments, names, "training.loss_args")
+    check_part(loss, arguments, "training.loss", inputs=2)
 
 
 @options("training")

@@ -22,9 +22,10 @@ from hpcdl.errors import ConfigError
 from hpcdl.config import Config, ModelConfig
 from hpcdl.config.fields import restore
 from hpcdl.config.model import MODEL_SUPPLIES
-from hpcdl.config.targets import TARGET, locate, supplied_arguments
+from hpcdl.config.targets import TARGET, build_part, locate, supplied_arguments
 from hpcdl.data.augment import AugmentedImageDatastore
 from hpcdl.data.images import image_datastore
+from hpcdl.data.transformed import TransformedDatastore
 from hpcdl.models import build_model
 from hpcdl.train.loop import seed_everything, train_network
 from hpcdl.store.files import CHECKPOINTS, INFO, MODEL, RESULT
@@ -46,7 +47,11 @@ def training_data(config: Config) -> tuple[Dataset, Optional[Dataset]]:
         store = image_datastore(data.name, data.root, data.image_size, data.labels_csv, data.on_bad_file)
         train_set, validation_set = store.split(data.validation_fraction, seed=seed)
         validation_view = augmented(validation_set, config, False) if len(validation_set) else None
-        return augmented(train_set, config, True), validation_view
+        train_view = augmented(train_set, config, True)
+        if data.transform:
+            train_view = TransformedDatastore(train_view, build_part(data.transform, data.transform_args,
+                                                                     "data.transform"))
+        return train_view, validation_view
     made = _instantiate(data._target_, data.args)
     if isinstance(made, (tuple, list)) and len(made) == 2:
         return made[0], made[1]

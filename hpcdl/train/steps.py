@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 from typing import Callable, ContextManager, Optional
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from hpcdl.config.targets import locate
+from hpcdl.config.targets import build_part
 from hpcdl.config.training import DEFAULT_SQUARED_GRADIENT_DECAY, TrainingOptions
 from hpcdl.data.batches import iterate_batches
 
@@ -36,10 +34,7 @@ def make_loss(options: TrainingOptions) -> Callable[[torch.Tensor, torch.Tensor]
     """Cross-entropy on class indices, mean squared error on responses, or the user's own loss (a class built
     with training.loss_args, or a function given them as keywords)."""
     if options.own_loss:
-        target = locate(options.loss, "training.loss")
-        if inspect.isclass(target):
-            return target(**options.loss_args)
-        return functools.partial(target, **options.loss_args)
+        return build_part(options.loss, options.loss_args, "training.loss")
     if options.loss == "crossentropy":
         return nn.functional.cross_entropy
     return lambda out, y: nn.functional.mse_loss(out, y.to(out.dtype))
