@@ -38,6 +38,10 @@ from hpcdl.train.stopping import STOP_SIGNAL, StopRequested, listen_for_stop
 from hpcdl.store.status import write_final, write_status
 
 
+RANK_LOGS = "HPCDL_RANK_LOGS"
+"""Set for the ranks of a local mpirun: the folder of their own log files."""
+
+
 def _run_payload(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> None:
     if plan.kind == "train":
         from hpcdl.train.job import run_training
@@ -117,14 +121,25 @@ def _launch_ranks(path: Path, plan: JobPlan) -> None:
 
     world = plan.world_size
     rank_command = [sys.executable, "-u", "-m", "hpcdl.worker", str(path)]
-    if plan.mpi:
-        code = subprocess.call([*plan.cluster.mpirun, "-n", str(world), *rank_command])
+    if plan.mpi:  # each rank sends its output to its own files (_log_to_own_files)
+        env = {**os.environ, RANK_LOGS: str(make_folder(path / LOGS))}
+        code = subprocess.call([*plan.cluster.mpirun, "-n", str(world), *rank_command], env=env)
         failure = f"mpirun -n {world} exited with code {code}"
     else:
         code, failure = launch_local(rank_command, world, logs=make_folder(path / LOGS))
     if code != 0:  # a rank that failed with a traceback has recorded FAILED first, and that holds
         write_final(path, "FAILED", reason=failure)
         sys.exit(1)
+
+
+def _log_to_own_files(logs: Path) -> None:
+    """A rank started by a local mpirun: its stdout and stderr go to its own files, as the launcher's do."""
+    from hpcdl.distributed.launch import rank_log
+
+    for fd, stream in ((1, "stdout"), (2, "stderr")):
+        target = os.open(rank_log(logs, global_rank(), stream), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(target, fd)
+        os.close(target)
 
 
 def run_job(folder: str) -> None:
@@ -142,6 +157,8 @@ def run_job(folder: str) -> None:
     os.environ.setdefault("HPCDL_COLLECTIVE_TIMEOUT_S", str(plan.cluster.collective_timeout_s))
     os.environ["HPCDL_SIGNAL_DELAY_S"] = str(plan.cluster.signal_delay_s)
     launched_as_rank = any(name in os.environ for name in LAUNCHER_RANK_VARIABLES)
+    if launched_as_rank and RANK_LOGS in os.environ:
+        _log_to_own_files(Path(os.environ.pop(RANK_LOGS)))
     first_process = plan.cluster.backend == "local" and not launched_as_rank
     if first_process:  # tells this run's heartbeats and stop flags from an earlier run's (Slurm: job id, restart)
         os.environ[heartbeat.RUN_TOKEN] = uuid.uuid4().hex

@@ -131,9 +131,9 @@ class LocalBackend:
         signal_session(session, signal.SIGKILL)
 
     def log_path(self, record: JobRecord, rank: int, stream: str) -> Path:
-        """Rank ``rank``'s stdout or stderr: its own file when the launcher started several ranks (MPI's
-        mpirun writes them all to the job's), else the job's stdout.log or stderr.log."""
+        """Rank ``rank``'s stdout or stderr: its own file when the job has several ranks (hpcdl's launcher
+        or mpirun started them), else the job's stdout.log or stderr.log."""
         plan = record.plan
-        if plan.get("world_size", 1) > 1 and not plan.get("mpi"):
+        if plan.get("world_size", 1) > 1:
             return rank_log(record.folder / LOGS, rank, stream)
         return record.folder / LOGS / f"{stream}.log"
