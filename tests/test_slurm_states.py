@@ -62,3 +62,29 @@ def test_with_slurm_unreachable_a_listing_shows_the_last_recorded_state(store: P
     finally:
         job.cancel()
     assert job.state == "CANCELLED"
+
+
+def sleep_then(seconds: float, value: str) -> str:
+    time.sleep(seconds)
+    return value
+
+
+def test_a_job_running_through_a_slurmctld_restart_finishes_and_lists_right(store: Path) -> None:
+    pid_file = Path(os.environ["SLURM_CONF"]).parents[1] / "run" / "slurmctld.pid"
+    repo = Path(__file__).resolve().parents[1]
+    job = hpcdl.batch(sleep_then, 20, "through", cluster="slurm", time="00:05:00")
+    wait_running(job)
+    try:
+        pid = int(pid_file.read_text())
+        os.kill(pid, 15)
+        while Path(f"/proc/{pid}").exists():
+            time.sleep(0.2)
+        listing = _cli("hpcdl.jobs", "list", check=False)  # the controller is down: the recorded state
+        assert listing.returncode == 0 and _row(listing.stdout, job.id)[3] == "RUNNING", listing.stderr
+    finally:  # the same slurmctld again, from its saved state
+        subprocess.run(["bash", str(repo / "slurm" / "cluster.sh"), "up"], check=True, capture_output=True,
+                       timeout=120)
+    assert int(pid_file.read_text()) != pid
+    assert job.wait(timeout=120) == "COMPLETED" and job.result() == "through"
+    assert _row(_cli("hpcdl.jobs", "list").stdout, job.id)[3] == "COMPLETED"
+    assert _sacct_state(job.backend_id) == "COMPLETED"
