@@ -91,6 +91,13 @@ def _enforce_local_time_limit(folder: Path, plan: JobPlan) -> None:
         timer.start()
 
 
+def _requeued_by_slurm(slurm_job: str) -> str:
+    """' by Slurm' when the scheduler has requeued the job itself (a preemption with PreemptMode=REQUEUE: its
+    own requeue is refused as 'pending execution'), else ''."""
+    queued = subprocess.run(["squeue", "-h", "-j", slurm_job, "-o", "%T"], capture_output=True, text=True)
+    return " by Slurm" if queued.stdout.strip() in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED") else ""
+
+
 def _after_stop(folder: Path, plan: JobPlan, stop: StopRequested, job_id: str) -> None:
     """The ranks stopped on the signal with a checkpoint: on Slurm the lead requeues the job while requeues
     are left (it goes on from the checkpoint); otherwise the job ends TIMEOUT (local) or STOPPED."""
@@ -102,9 +109,10 @@ def _after_stop(folder: Path, plan: JobPlan, stop: StopRequested, job_id: str) -
     status = read_json(folder / STATUS) or {}
     if slurm_job and restarts < plan.cluster.max_requeues:
         requeue = subprocess.run(["scontrol", "requeue", slurm_job], capture_output=True, text=True)
-        if requeue.returncode == 0:
+        by = "" if requeue.returncode == 0 else _requeued_by_slurm(slurm_job)
+        if requeue.returncode == 0 or by:
             write_status(folder, "REQUEUED", events=[*status.get("events", []), {**event, "event": "requeued"}])
-            print(f"[hpcdl] {stop}; requeued (restart {restarts + 1} of at most {plan.cluster.max_requeues})",
+            print(f"[hpcdl] {stop}; requeued{by} (restart {restarts + 1} of at most {plan.cluster.max_requeues})",
                   flush=True)
             return
         print(f"[hpcdl] scontrol requeue failed: {requeue.stderr.strip()}", file=sys.stderr, flush=True)

@@ -90,11 +90,12 @@ MinJobAge=120
 MessageTimeout=20
 # MaxArraySize low, so that tests see a sweep split into several arrays (100 points still fit one)
 MaxArraySize=101
+# urgent preempts debug: Slurm sends USR2, then TERM after the preempted job's partition's GraceTime
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 SlurmctldParameters=preempt_send_user_signal
 NodeName=$node_list NodeAddr=127.0.0.1 Port=$NODE_PORT-$((NODE_PORT + ${#NODES[@]} - 1)) CPUs=$CPUS_PER_NODE RealMemory=$MEMORY_PER_NODE_MB State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 OverSubscribe=NO
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 OverSubscribe=NO GraceTime=20
 PartitionName=urgent Nodes=ALL Default=NO MaxTime=INFINITE State=UP PriorityTier=10 OverSubscribe=NO GraceTime=20
 CONF
   cat > "$STATE/etc/slurmdbd.conf" <<CONF

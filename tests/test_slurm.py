@@ -283,17 +283,25 @@ def _iterations(folder: Path) -> list[int]:
     return [r["iteration"] for r in records if r["kind"] == "iteration"]
 
 
-def test_the_stop_signal_requeues_the_job_which_goes_on_from_its_checkpoint(store: Path, digits_root: Path) -> None:
+def test_a_preempted_job_requeues_itself_and_goes_on_from_its_checkpoint(store: Path, digits_root: Path) -> None:
+    """A job of the urgent partition (PriorityTier 10, GraceTime 20 s) preempts it: Slurm sends USR2, the ranks
+    stop after the same iteration with a checkpoint, the job requeues itself and later goes on from there."""
     from hpcdl.store.job import Job
 
     done = _cli("hpcdl.submit", "cluster=slurm", f"data.root={digits_root}", "training.max_epochs=6",
                 "training.mini_batch_size=32", "cluster.max_requeues=1", "cluster.time=00:10:00",
-                "cluster.nodes=2", "training.execution_environment=parallel", "name=requeued")
+                "cluster.nodes=2", "training.execution_environment=parallel", "name=preempted")
     job = Job.attach(done.stdout.split()[2])
-    _signal_once_training(job, job.folder)
+    deadline = time.monotonic() + 120
+    while not ((job.folder / "metrics.jsonl").is_file() and (job.folder / "metrics.jsonl").read_text().strip()):
+        assert time.monotonic() < deadline, job.error()
+        time.sleep(0.5)
+    urgent = subprocess.run(["sbatch", "--parsable", "-p", "urgent", "-N", "2", "--exclusive", "-t", "2",
+                             "-o", "/dev/null", "--wrap", "sleep 5"], capture_output=True, text=True, check=True)
     assert job.wait(timeout=400) == "COMPLETED", job.error()  # Slurm holds a requeued job ~120 s
+    assert _sacct_state(urgent.stdout.strip()) == "COMPLETED"
     status = job.refresh().status
-    assert [e["event"] for e in status["events"]] == ["requeued"] and status["restarts"] == 1
+    assert [e["event"] for e in status["events"]] == ["requeued"] and status["restarts"] >= 1
     stopped = status["events"][0]["iteration"]
     assert f"Resumed from the checkpoint of iteration {stopped}" in job.logs(0)
     assert _iterations(job.folder) == list(range(1, job.result()["iterations"] + 1))  # no gap, no repeat

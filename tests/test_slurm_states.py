@@ -88,3 +88,22 @@ def test_a_job_running_through_a_slurmctld_restart_finishes_and_lists_right(stor
     assert job.wait(timeout=120) == "COMPLETED" and job.result() == "through"
     assert _row(_cli("hpcdl.jobs", "list").stdout, job.id)[3] == "COMPLETED"
     assert _sacct_state(job.backend_id) == "COMPLETED"
+
+
+def test_a_job_slurm_has_requeued_itself_is_told_from_one_that_runs() -> None:
+    from hpcdl.worker import _requeued_by_slurm
+
+    held = subprocess.run(["sbatch", "--parsable", "--hold", "-o", "/dev/null", "--wrap", "sleep 1"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    running = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 60"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        deadline = time.monotonic() + 60
+        while subprocess.run(["squeue", "-h", "-j", running, "-o", "%T"], capture_output=True,
+                             text=True).stdout.strip() != "RUNNING":
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        assert _requeued_by_slurm(held) == " by Slurm"  # pending again, as after a preemption's requeue
+        assert _requeued_by_slurm(running) == ""
+    finally:
+        subprocess.run(["scancel", held, running], check=True)
