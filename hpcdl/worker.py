@@ -30,8 +30,8 @@ from hpcdl.host import end_own_job
 from hpcdl.plan import JobPlan
 from hpcdl.snapshot import run_from_snapshot
 from hpcdl.store.atomic import atomic_save, make_folder, remove_stale_temporaries
-from hpcdl.store.files import (FINAL, FUNCTION, FUNCTION_RESULT, LOGS, MANIFEST, METRICS, RANK_RESULTS, RANKS_DONE,
-                               STATUS)
+from hpcdl.store.files import (CHECKPOINTS, FINAL, FUNCTION, FUNCTION_RESULT, LOGS, MANIFEST, METRICS,
+                               RANK_RESULTS, RANKS_DONE, STATUS)
 from hpcdl.store.folders import read_json
 from hpcdl.store.safety import check_store, load_pickle
 from hpcdl.train.stopping import STOP_SIGNAL, StopRequested, listen_for_stop
@@ -123,6 +123,17 @@ def _after_stop(folder: Path, plan: JobPlan, stop: StopRequested, job_id: str) -
                 reason=f"{stop}; go on with python -m hpcdl.jobs resume {job_id}")
 
 
+def _events_with_restart(folder: Path, restarts: int) -> list[dict[str, Any]]:
+    """The job's events, with this start noted when Slurm requeued the job without hpcdl asking (a preemption
+    without grace, a node failure, an operator's scontrol requeue): from which checkpoint it goes on."""
+    events = (read_json(folder / STATUS) or {}).get("events", [])
+    if restarts == 0 or any(e.get("restarts") == restarts - 1 for e in events):
+        return events
+    newest = max((int(p.stem.split("-")[1]) for p in (folder / CHECKPOINTS).glob("checkpoint-*.pt")
+                  if p.stem.split("-")[1].isdigit()), default=0)
+    return [*events, {"event": "restarted", "at": time.time(), "iteration": newest, "restarts": restarts - 1}]
+
+
 def _launch_ranks(path: Path, plan: JobPlan) -> None:
     """Local multi-worker jobs: this process starts one rank per worker and names the one that fails."""
     from hpcdl.distributed.launch import launch_local
@@ -179,9 +190,10 @@ def run_job(folder: str) -> None:
         _enforce_local_time_limit(path, plan)
     if lead:
         remove_stale_temporaries(path)
+        restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
         write_status(path, "RUNNING", started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
-                     slurm_job_id=os.environ.get("SLURM_JOB_ID"),
-                     restarts=int(os.environ.get("SLURM_RESTART_COUNT", "0")))
+                     slurm_job_id=os.environ.get("SLURM_JOB_ID"), restarts=restarts,
+                     events=_events_with_restart(path, restarts))
     if plan.kind != "script":  # a script's rank takes the signal in hpcdl.usercode
         listen_for_stop()
     if plan.world_size > 1 and plan.cluster.heartbeat_timeout_s:

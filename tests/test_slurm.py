@@ -307,6 +307,28 @@ def test_a_preempted_job_requeues_itself_and_goes_on_from_its_checkpoint(store: 
     assert _iterations(job.folder) == list(range(1, job.result()["iterations"] + 1))  # no gap, no repeat
 
 
+def test_a_job_requeued_by_an_operator_goes_on_from_its_newest_checkpoint(store: Path, digits_root: Path) -> None:
+    """scontrol requeue of a running job: Slurm ends it (TERM, then KILL after KillWait, 10 s here) without a
+    checkpoint and starts it again ~120 s later."""
+    from hpcdl.store.job import Job
+
+    done = _cli("hpcdl.submit", "cluster=slurm", f"data.root={digits_root}", "training.max_epochs=40",
+                "training.mini_batch_size=32", "cluster.time=00:10:00", "name=operator-requeued")
+    job = Job.attach(done.stdout.split()[2])
+    deadline = time.monotonic() + 120
+    while not any((job.folder / "checkpoints").glob("checkpoint-*.pt")):
+        assert time.monotonic() < deadline, job.error()
+        time.sleep(0.2)
+    subprocess.run(["scontrol", "requeue", job.backend_id], check=True)
+    assert job.wait(timeout=400) == "COMPLETED", job.error()
+    status = job.refresh().status
+    assert status["restarts"] == 1 and [e["event"] for e in status["events"]] == ["restarted"], status
+    went_on = status["events"][0]["iteration"]
+    assert went_on > 0 and f"Resumed from the checkpoint of iteration {went_on}" in job.logs(0)
+    assert _iterations(job.folder) == list(range(1, job.result()["iterations"] + 1))  # no gap, no repeat
+    assert "restarted" in _cli("hpcdl.jobs", "show", job.id).stdout
+
+
 def test_with_no_requeue_left_the_job_stops_and_jobs_resume_finishes_it(store: Path, digits_root: Path) -> None:
     from hpcdl.store.job import Job
 
