@@ -43,6 +43,7 @@ STOPPED = "stopped-at-rank{rank}.json"
 SCRIPT_RANK = "HPCDL_SCRIPT_RANK"
 """Set for a script's process: its stop signal arrives as STOP_FLAG."""
 FLAG_CHECK_S = 0.5
+"""How often a script's stop_requested() looks for STOP_FLAG, at most."""
 
 
 class NotInAJob(HpcdlError):
@@ -76,6 +77,8 @@ def save_checkpoint(state: dict[str, Any], step: int, keep: int = 2) -> None:
     """Save ``state`` as the checkpoint after ``step`` (rank 0 writes; every rank calls it)."""
     from hpcdl.train.checkpoint import save_checkpoint as save
 
+    if not 0 <= step < 10**9 or keep < 1:
+        raise ValueError(f"hpcdl.save_checkpoint: step in [0, 1e9) and keep >= 1, got step={step} keep={keep}")
     folder = _job_folder() / CHECKPOINTS
     if global_rank() == 0:
         save(folder, step, state, keep)
@@ -84,24 +87,29 @@ def save_checkpoint(state: dict[str, Any], step: int, keep: int = 2) -> None:
         dist.barrier()
 
 
-_flag_checked = [0.0, False]
+class _StopFlag:
+    """This run's STOP_FLAG in the job folder, read at most every FLAG_CHECK_S seconds."""
+
+    def __init__(self) -> None:
+        self.read_at, self.raised = 0.0, False
+
+    def __call__(self) -> bool:
+        now = time.monotonic()
+        if not self.raised and now - self.read_at >= FLAG_CHECK_S:
+            self.read_at = now
+            try:
+                self.raised = (_job_folder() / STOP_FLAG).read_text().strip() == run_token()
+            except FileNotFoundError:
+                pass
+        return self.raised
 
 
-def _flag_raised() -> bool:
-    """Whether this run's STOP_FLAG is in the job folder (read at most every FLAG_CHECK_S)."""
-    now = time.monotonic()
-    if not _flag_checked[1] and now - _flag_checked[0] >= FLAG_CHECK_S:
-        _flag_checked[0] = now
-        try:
-            _flag_checked[1] = (_job_folder() / STOP_FLAG).read_text().strip() == run_token()
-        except FileNotFoundError:
-            pass
-    return bool(_flag_checked[1])
+_flag_raised = _StopFlag()
 
 
 def stop_requested() -> bool:
     """Whether the stop signal reached this rank, or with torch.distributed initialized any rank (an all-reduce:
-    call it at the same step on every rank)."""
+    call it at the same step on every rank; with NCCL, after torch.cuda.set_device(local_rank))."""
     received = _flag_raised() if os.environ.get(SCRIPT_RANK) else signal_received()
     dist = _distributed()
     if dist is None:
@@ -121,7 +129,8 @@ def stop(step: int) -> None:
         raise StopRequested(step)
     from hpcdl.store.atomic import atomic_write_text
 
-    atomic_write_text(_job_folder() / STOPPED.format(rank=global_rank()), json.dumps({"run": run_token(), "step": step}))
+    record = json.dumps({"run": run_token(), "step": step})
+    atomic_write_text(_job_folder() / STOPPED.format(rank=global_rank()), record)
     raise SystemExit(0)
 
 

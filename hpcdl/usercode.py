@@ -14,7 +14,6 @@ from hpcdl.distributed import heartbeat
 from hpcdl.distributed.env import discover, free_port
 from hpcdl.errors import HpcdlError
 from hpcdl.plan import JobPlan
-from hpcdl.distributed.heartbeat import run_token
 from hpcdl.resumable import SCRIPT_RANK, STOP_FLAG, stopped_script_step
 from hpcdl.snapshot import in_snapshot
 from hpcdl.store.atomic import atomic_write_text, make_folder
@@ -36,6 +35,11 @@ def torchrun_variables(folder: Path) -> dict[str, str]:
             "MASTER_PORT": str(port)}
 
 
+def listen_for_script_stop(folder: Path) -> None:
+    """A script's rank: the stop signal raises the flag the script reads (hpcdl.stop_requested)."""
+    signal.signal(STOP_SIGNAL, lambda _signum, _frame: atomic_write_text(folder / STOP_FLAG, heartbeat.run_token()))
+
+
 def run_user_code(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> Any:
     """Run the plan's entry (returns its value) or script (returns None; a failure raises ScriptFailed)."""
     os.environ.update(torchrun_variables(folder))
@@ -45,10 +49,12 @@ def run_user_code(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> Any:
 
         return locate(plan.command[0], "entry")(plan.config)
     script, *arguments = plan.command
-    signal.signal(STOP_SIGNAL, signal.SIG_IGN)  # the script inherits this: the stop signal never kills it
-    process = subprocess.Popen([sys.executable, in_snapshot(script, folder, manifest), *arguments],
-                               env={**os.environ, SCRIPT_RANK: "1"})
-    signal.signal(STOP_SIGNAL, lambda _signum, _frame: atomic_write_text(folder / STOP_FLAG, run_token()))
+    flag = signal.signal(STOP_SIGNAL, signal.SIG_IGN)  # the script inherits this: the stop signal never kills it
+    try:  # a signal in these few milliseconds is lost; before and after, listen_for_script_stop takes it
+        process = subprocess.Popen([sys.executable, in_snapshot(script, folder, manifest), *arguments],
+                                   env={**os.environ, SCRIPT_RANK: "1"})
+    finally:
+        signal.signal(STOP_SIGNAL, flag)
     heartbeat.follow(process.pid)  # a stopped script stops this rank's heartbeat
     code = process.wait()
     if code != 0:

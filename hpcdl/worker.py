@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -91,11 +92,12 @@ def _enforce_local_time_limit(folder: Path, plan: JobPlan) -> None:
         timer.start()
 
 
-def _requeued_by_slurm(slurm_job: str) -> str:
-    """' by Slurm' when the scheduler has requeued the job itself (a preemption with PreemptMode=REQUEUE: its
-    own requeue is refused as 'pending execution'), else ''."""
-    queued = subprocess.run(["squeue", "-h", "-j", slurm_job, "-o", "%T"], capture_output=True, text=True)
-    return " by Slurm" if queued.stdout.strip() in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED") else ""
+def _requeued_by_slurm(slurm_job: str, restarts: int) -> str:
+    """' by Slurm' when the scheduler has requeued the job itself (a preemption with PreemptMode=REQUEUE and no
+    grace: its own requeue is refused), seen as a restart count past this run's; else ''."""
+    shown = subprocess.run(["scontrol", "show", "job", slurm_job], capture_output=True, text=True).stdout
+    found = re.search(r"\bRestarts=(\d+)", shown)
+    return " by Slurm" if found and int(found.group(1)) > restarts else ""
 
 
 def _after_stop(folder: Path, plan: JobPlan, stop: StopRequested, job_id: str) -> None:
@@ -109,7 +111,7 @@ def _after_stop(folder: Path, plan: JobPlan, stop: StopRequested, job_id: str) -
     status = read_json(folder / STATUS) or {}
     if slurm_job and restarts < plan.cluster.max_requeues:
         requeue = subprocess.run(["scontrol", "requeue", slurm_job], capture_output=True, text=True)
-        by = "" if requeue.returncode == 0 else _requeued_by_slurm(slurm_job)
+        by = "" if requeue.returncode == 0 else _requeued_by_slurm(slurm_job, restarts)
         if requeue.returncode == 0 or by:
             write_status(folder, "REQUEUED", events=[*status.get("events", []), {**event, "event": "requeued"}])
             print(f"[hpcdl] {stop}; requeued{by} (restart {restarts + 1} of at most {plan.cluster.max_requeues})",
@@ -164,6 +166,8 @@ def _log_to_own_files(logs: Path) -> None:
 def run_job(folder: str) -> None:
     """Run the job stored in ``folder``; its status file says how it went."""
     path = Path(folder)
+    if RANK_LOGS in os.environ and any(name in os.environ for name in LAUNCHER_RANK_VARIABLES):
+        _log_to_own_files(Path(os.environ.pop(RANK_LOGS)))  # first: any error of this rank lands there
     check_store(path.parent)
     manifest = read_json(path / MANIFEST)
     if manifest is None:
@@ -176,8 +180,6 @@ def run_job(folder: str) -> None:
     os.environ.setdefault("HPCDL_COLLECTIVE_TIMEOUT_S", str(plan.cluster.collective_timeout_s))
     os.environ["HPCDL_SIGNAL_DELAY_S"] = str(plan.cluster.signal_delay_s)
     launched_as_rank = any(name in os.environ for name in LAUNCHER_RANK_VARIABLES)
-    if launched_as_rank and RANK_LOGS in os.environ:
-        _log_to_own_files(Path(os.environ.pop(RANK_LOGS)))
     first_process = plan.cluster.backend == "local" and not launched_as_rank
     if first_process:  # tells this run's heartbeats and stop flags from an earlier run's (Slurm: job id, restart)
         os.environ[heartbeat.RUN_TOKEN] = uuid.uuid4().hex
@@ -194,7 +196,11 @@ def run_job(folder: str) -> None:
         write_status(path, "RUNNING", started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
                      slurm_job_id=os.environ.get("SLURM_JOB_ID"), restarts=restarts,
                      events=_events_with_restart(path, restarts))
-    if plan.kind != "script":  # a script's rank takes the signal in hpcdl.usercode
+    if plan.kind == "script":
+        from hpcdl.usercode import listen_for_script_stop
+
+        listen_for_script_stop(path)
+    else:
         listen_for_stop()
     if plan.world_size > 1 and plan.cluster.heartbeat_timeout_s:
         heartbeat.start(path, global_rank(), plan.world_size, plan.lead_rank, plan.cluster.heartbeat_timeout_s,

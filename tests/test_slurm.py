@@ -192,7 +192,9 @@ def test_two_node_job_trains_across_both_nodes(store: Path, digits_root: Path, c
     done = _cli("hpcdl.submit", "cluster=slurm", "cluster.nodes=2", "cluster.tasks_per_node=1",
                 "training.execution_environment=parallel", f"training.comm={comm}", f"data.root={digits_root}",
                 "training.max_epochs=2", "cluster.time=00:10:00", f"name=two-nodes-{comm}", *extra)
-    job = hpcdl.store.job.Job.attach(done.stdout.split()[2])
+    from hpcdl.store.job import Job
+
+    job = Job.attach(done.stdout.split()[2])
     assert job.wait(timeout=300) == "COMPLETED", job.error()
     summary = job.result()
     assert summary["validation_accuracy"] > 0.5

@@ -93,17 +93,17 @@ def test_a_job_running_through_a_slurmctld_restart_finishes_and_lists_right(stor
 def test_a_job_slurm_has_requeued_itself_is_told_from_one_that_runs() -> None:
     from hpcdl.worker import _requeued_by_slurm
 
-    held = subprocess.run(["sbatch", "--parsable", "--hold", "-o", "/dev/null", "--wrap", "sleep 1"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    running = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 60"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    jobs = [subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 60"], capture_output=True,
+                           text=True, check=True).stdout.strip() for _ in range(2)]
     try:
         deadline = time.monotonic() + 60
-        while subprocess.run(["squeue", "-h", "-j", running, "-o", "%T"], capture_output=True,
-                             text=True).stdout.strip() != "RUNNING":
+        while subprocess.run(["squeue", "-h", "-j", ",".join(jobs), "-o", "%T"], capture_output=True,
+                             text=True).stdout.split() != ["RUNNING", "RUNNING"]:
             assert time.monotonic() < deadline
             time.sleep(0.5)
-        assert _requeued_by_slurm(held) == " by Slurm"  # pending again, as after a preemption's requeue
-        assert _requeued_by_slurm(running) == ""
+        subprocess.run(["scontrol", "requeue", jobs[0]], check=True)  # as a preemption's requeue does
+        assert _requeued_by_slurm(jobs[0], 0) == " by Slurm"
+        assert _requeued_by_slurm(jobs[1], 0) == ""  # still this run
+        assert _requeued_by_slurm(jobs[0], 1) == ""  # the run Slurm started again
     finally:
-        subprocess.run(["scancel", held, running], check=True)
+        subprocess.run(["scancel", *jobs], check=True)

@@ -80,6 +80,7 @@ def test_own_transform_gives_the_training_images_and_leaves_validation_alone(dig
     (["data.transform=torch.nn.Dropout", "+data.transform_args.pp=0.5"],
      "data.transform_args.pp: torch.nn.modules.dropout.Dropout takes no argument 'pp' (did you mean 'p'?)"),
     (["+data.transform_args.p=0.5"], "data.transform_args: arguments of data.transform, which is not set"),
+    (["data.transform=torch.bitwise_not", "training.gpu_decode=on"], "where data.transform (run in the workers)"),
     (["data._target_=mynets.make_blobs", "+data.n=10", "data.transform=torch.bitwise_not"],
      "data.transform: mynets.make_blobs takes no argument 'transform'"),  # yours: its own keys
 ])

@@ -85,7 +85,8 @@ class DataConfig:
     transform: Optional[str] = None
     """Your own transform of each training image (a uint8 CxHxW tensor) after the augmentation, in the workers:
     a dotted path to a class built with data.transform_args (torchvision.transforms.v2.ColorJitter) or a
-    function called as f(image, **transform_args). It returns a tensor (uint8 is scaled to [0, 1] as usual)."""
+    function called as f(image, **transform_args). It returns a tensor (uint8 is scaled to [0, 1] as usual) of
+    the shape and dtype the validation images have, which it does not see. GPU decoding is off with it."""
     transform_args: Dict[str, Any] = field(default_factory=dict)
     """Arguments of data.transform."""
     args: Dict[str, Any] = field(default_factory=dict)
@@ -101,9 +102,11 @@ class DataConfig:
         require(self, "validation_fraction", 0 <= self.validation_fraction < 1, "in [0, 1)")
         if not self.built_in:
             check_arguments(locate(self._target_, "data._target_"), self.args, (), "data")
-            if self.augmentation.output_size is not None:
-                raise ConfigError("data.augmentation: augments the built-in image datastores; "
-                                  "transform your own data in your dataset")
+            for name, given in (("augmentation", self.augmentation.output_size is not None),
+                                ("transform", self.transform is not None)):
+                if given:
+                    raise ConfigError(f"data.{name}: for the built-in image datastores; "
+                                      "transform your own data in your dataset")
             return
         if self.transform is not None:
             check_part(self.transform, self.transform_args, "data.transform", inputs=1)

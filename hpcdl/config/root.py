@@ -55,3 +55,6 @@ class Config:
                               "leaves no validation data")
         if self.training.output_network == "best-validation-loss" and self.data.validation_fraction == 0:
             raise ConfigError("training.output_network=best-validation-loss: needs data.validation_fraction > 0")
+        if self.data.transform is not None and self.training.gpu_decode == "on":
+            raise ConfigError("training.gpu_decode=on: decodes and augments on the GPU, where data.transform "
+                              "(run in the workers) cannot follow; set gpu_decode=auto or off")

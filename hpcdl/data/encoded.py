@@ -59,7 +59,7 @@ class EncodedBatch:
     data: torch.Tensor
     """uint8: every JPEG file of the batch, end to end."""
     offsets: list[int]
-    """Image i's file is data[offsets[i]:offsets[i + 1]] (empty for an image in ``decoded``)."""
+    """Image i's file is data[offsets[i]:offsets[i + 1]] (empty for an image in ``done``)."""
     done: torch.Tensor
     """uint8 N x C x h x w: the images the workers decoded and augmented themselves, in batch order."""
     done_at: list[int]
@@ -74,7 +74,8 @@ class EncodedBatch:
 
     def pin_memory(self) -> "EncodedBatch":
         """Pin what is copied to the GPU as it is (nvJPEG stages the file bytes itself)."""
-        return dataclasses.replace(self, done=self.done.pin_memory(), labels=self.labels.pin_memory(), draws=self.draws.pin_memory())
+        return dataclasses.replace(self, done=self.done.pin_memory(), labels=self.labels.pin_memory(),
+                                   draws=self.draws.pin_memory())
 
 
 def decoded_on_cpu(index: int, epoch: int, share: float) -> bool:
@@ -119,8 +120,8 @@ def collate_encoded(items: list[Any]) -> EncodedBatch:
     joined = b"".join(files)
     data = torch.frombuffer(bytearray(joined), dtype=torch.uint8) if joined else torch.empty(0, dtype=torch.uint8)
     done_at = [i for i, item in enumerate(kept) if item[4] is not None]
-    return EncodedBatch(data=data, offsets=offsets, done_at=done_at,
-                        done=torch.stack([kept[i][4] for i in done_at]) if done_at else torch.zeros(0, dtype=torch.uint8),
+    done = torch.stack([kept[i][4] for i in done_at]) if done_at else torch.zeros(0, dtype=torch.uint8)
+    return EncodedBatch(data=data, offsets=offsets, done_at=done_at, done=done,
                         indices=[item[0] for item in kept],
                         labels=torch.tensor([item[1] for item in kept], dtype=torch.long),
                         draws=torch.stack([item[2] for item in kept]) if kept else torch.zeros(0, 1),

@@ -69,7 +69,8 @@ class BatchLoader:
 
     def __init__(self, data: Dataset, device: torch.device, memory_format: torch.memory_format,
                  background: bool = False, workers: Optional[int] = None, prefetch: int = 2, seed: int = 0, *,
-                 gpu_decode: bool = False, device_prefetch: int = 0, cpu_decode_share: float = 0.0) -> None:
+                 gpu_decode: bool = False, device_prefetch: int = 0,
+                 cpu_decode_share: float = 0.0) -> None:
         self.data, self.device, self.memory_format = data, device, memory_format
         self.gpu_decode, self.device_prefetch = gpu_decode, device_prefetch
         self.skipped = 0
@@ -77,7 +78,8 @@ class BatchLoader:
         self.loader: Optional[DataLoader] = None
         if not isinstance(data, TensorPair):
             count = (workers if workers is not None else default_workers()) if background else 0
-            self.loader = DataLoader(EncodedItems(data, cpu_decode_share) if gpu_decode else data, batch_sampler=self.sampler,
+            items = EncodedItems(data, cpu_decode_share) if gpu_decode else data
+            self.loader = DataLoader(items, batch_sampler=self.sampler,
                                      num_workers=count, collate_fn=collate_encoded if gpu_decode else collate_skipping,
                                      pin_memory=device.type == "cuda", prefetch_factor=prefetch if count else None,
                                      persistent_workers=count > 0, worker_init_fn=_reopen_in_worker if count else None,

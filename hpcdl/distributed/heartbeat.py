@@ -10,8 +10,11 @@ first collective; ``timeout_s`` after) is named in the job's FAILED state
 (the first final state written holds), and the watching rank exits with an
 error, so hpcdl's launcher or srun's kill-on-bad-exit ends the others.
 Changes are timed by the watcher's own monotonic clock: nodes' clocks need not
-agree. Files of an earlier run of the job (before a requeue or a resume) carry
-another run token and count as not written yet.
+agree, and a watcher that was itself stopped (a suspended job) starts its
+count afresh. Files of an earlier run of the job (before a requeue or a resume)
+carry another run token and count as not written yet. The ticker is a thread of
+its own: a rank stuck inside a collective still ticks (the collective timeout
+ends that one); a stopped, frozen or lost process does not.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from hpcdl.errors import FolderGoneError
-from hpcdl.store.atomic import make_folder
+from hpcdl.errors import FolderGoneError, HpcdlError
+from hpcdl.store.atomic import atomic_write_text, make_folder
 from hpcdl.store.files import HEARTBEATS
 from hpcdl.store.folders import read_json
 from hpcdl.store.status import write_final
@@ -42,8 +45,7 @@ _ticker: Optional["_Ticker"] = None
 
 def stepped() -> None:
     """Note that this rank has trained (or reported) a step: from now on the short timeout applies to it."""
-    if not _stepped.is_set():
-        _stepped.set()
+    _stepped.set()
 
 
 def follow(pid: int) -> None:
@@ -82,11 +84,12 @@ def start(folder: Path, rank: int, world_size: int, lead_rank: int, timeout_s: f
 
 
 class _Ticker:
-    """Rewrites this rank's heartbeat file."""
+    """Rewrites this rank's heartbeat file (atomically, mode 0600, as every job file)."""
 
     def __init__(self, beats: Path, rank: int, token: str) -> None:
         self.path, self.rank, self.token = beats / f"rank{rank}.json", rank, token
-        self.host, self.pid, self.ticks = os.environ.get("SLURMD_NODENAME") or socket.gethostname(), os.getpid(), 0
+        self.host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        self.pid, self.ticks = os.getpid(), 0
         self.lock = threading.Lock()
         self.done = False
 
@@ -97,17 +100,21 @@ class _Ticker:
             time.sleep(interval)
 
     def write(self, done: bool = False) -> None:
+        """One heartbeat; ``done``: the last, saying this rank returned (tried until written, at most 3 times)."""
         with self.lock:
-            if self.done:
+            for _ in range(3 if done else 1):
+                if self.done:
+                    return
+                self.ticks += 1
+                record = {"rank": self.rank, "host": self.host, "pid": self.pid, "run": self.token,
+                          # a followed script's state is read exactly: no long allowance for its start
+                          "ticks": self.ticks, "stepped": _stepped.is_set() or bool(_followed), "done": done}
+                try:
+                    atomic_write_text(self.path, json.dumps(record))
+                except (OSError, HpcdlError):  # a full or vanished store: the watchers judge the silence
+                    continue
+                self.done = done
                 return
-            self.ticks, self.done = self.ticks + 1, done
-            record = {"rank": self.rank, "host": self.host, "pid": self.pid, "run": self.token,
-                      # a followed script's state is read exactly: no long allowance for its start
-                      "ticks": self.ticks, "stepped": _stepped.is_set() or bool(_followed), "done": done}
-            temporary = self.path.with_name(f".{self.path.name}.{self.pid}.tmp")
-            with contextlib.suppress(OSError):  # a full or vanished store: the watchers judge the silence
-                temporary.write_text(json.dumps(record))
-                os.replace(temporary, self.path)
 
 
 def _is_stopped(pid: int) -> bool:
@@ -130,8 +137,14 @@ class Watcher:
         self.seen: dict[int, tuple[Optional[dict[str, Any]], float]] = {r: (None, now) for r in range(world_size)}
 
     def run(self, interval: float) -> None:
+        """Read every rank's heartbeat each ``interval``; end the job at the first silent one."""
+        last = time.monotonic()
         while True:
             time.sleep(interval)
+            now = time.monotonic()
+            if now - last > 2 * interval + 1:  # this process was stopped too (a suspended job): start afresh
+                self.seen = {rank: (beat, now) for rank, (beat, _) in self.seen.items()}
+            last = now
             silent = self.silent_rank()
             if silent is not None:
                 self.fail(*silent)
@@ -142,7 +155,7 @@ class Watcher:
         for rank, (last, since) in self.seen.items():
             try:
                 beat = read_json(self.beats / f"rank{rank}.json")
-            except (OSError, ValueError):  # being replaced, or damaged: judged by the next read
+            except (OSError, ValueError, HpcdlError):  # damaged, or not safe to read: judged by the next read
                 beat = last
             if beat is not None and beat.get("run") != self.token:
                 beat = None  # an earlier run's
@@ -157,9 +170,11 @@ class Watcher:
         return None
 
     def fail(self, rank: int, beat: Optional[dict[str, Any]], silent_s: float) -> None:
+        """Record FAILED naming ``rank`` (the first final state holds) and end this rank, so the job ends."""
         where = f" (host {beat['host']}, pid {beat['pid']})" if beat else ""
         what = "sent no heartbeat" if beat else "never sent a heartbeat"
-        reason = f"rank {rank}{where} {what} for {silent_s:.0f} s: stopped, hung or lost; noticed by rank {self.rank}"
+        reason = (f"rank {rank}{where} {what} for {silent_s:.0f} s: stopped, frozen or lost; "
+                  f"noticed by rank {self.rank}")
         with contextlib.suppress(OSError, FolderGoneError):
             write_final(self.folder, "FAILED", rank=rank, reason=reason)
         print(f"[hpcdl] {reason}", file=sys.stderr, flush=True)
