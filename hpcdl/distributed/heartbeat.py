@@ -3,8 +3,9 @@
 A thread in each rank of a multi-rank job rewrites ``heartbeats/rankN.json``
 (host, pid, a tick count, whether it has trained a step) every few seconds. A
 rank stopped with SIGSTOP, frozen, or lost with its node stops ticking while
-its peers wait for it in a collective. The lead rank and the one after it
-read every rank's file at each tick; a rank whose file has not changed for the
+its peers wait for it in a collective. The lead rank and the one half the
+world after it (on another node, where there are several) read every rank's
+file at each tick; a rank whose file has not changed for the
 timeout (``startup_s`` until that rank's first step: imports, compiling, the
 first collective; ``timeout_s`` after) is named in the job's FAILED state
 (the first final state written holds), and the watching rank exits with an
@@ -72,13 +73,14 @@ def interval_for(timeout_s: float) -> float:
 
 
 def start(folder: Path, rank: int, world_size: int, lead_rank: int, timeout_s: float, startup_s: float) -> None:
-    """Start this rank's ticking thread, and its watching thread when it is the lead rank or the next one."""
+    """Start this rank's ticking thread, and its watching thread when it is the lead rank or the one half the
+    world away (ranks fill nodes in order, so that one is on another node where there are several)."""
     global _ticker
     beats = make_folder(folder / HEARTBEATS)
     token, interval = run_token(), interval_for(timeout_s)
     _ticker = _Ticker(beats, rank, token)
     threading.Thread(target=_ticker.run, args=(interval,), name="hpcdl-heartbeat", daemon=True).start()
-    if rank in (lead_rank, (lead_rank + 1) % world_size):
+    if rank in (lead_rank, (lead_rank + world_size // 2) % world_size):  # half the ranks apart: another node
         watcher = Watcher(folder, beats, world_size, rank, token, timeout_s, startup_s)
         threading.Thread(target=watcher.run, args=(interval,), name="hpcdl-heartbeat-watch", daemon=True).start()
 
