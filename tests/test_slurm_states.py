@@ -70,7 +70,9 @@ def sleep_then(seconds: float, value: str) -> str:
 
 
 def test_a_job_running_through_a_slurmctld_restart_finishes_and_lists_right(store: Path) -> None:
-    pid_file = Path(os.environ["SLURM_CONF"]).parents[1] / "run" / "slurmctld.pid"
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, check=True).stdout
+    pid_file = Path(next(line.split("=", 1)[1].strip() for line in config.splitlines()
+                         if line.startswith("SlurmctldPidFile")))
     repo = Path(__file__).resolve().parents[1]
     job = hpcdl.batch(sleep_then, 20, "through", cluster="slurm", time="00:05:00")
     wait_running(job)
