@@ -16,7 +16,7 @@ from hpcdl.config.cluster import time_limit_seconds
 from hpcdl.config.secrets import check_no_secret_values
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.host import process_id
-from hpcdl.store.files import CHECKPOINTS, FINAL, FUNCTION, MANIFEST, RANK_RESULTS, RANKS_DONE
+from hpcdl.store.files import CHECKPOINTS, FINAL, FUNCTION, MANIFEST, RANK_RESULTS, RANKS_DONE, checkpoint_files
 from hpcdl.store.folders import JobRecord, new_job_folder, remember_root, remove_job_folder, store_root, write_json
 from hpcdl.plan import JobPlan, resolve_function
 from hpcdl.snapshot import take_snapshot
@@ -110,7 +110,7 @@ def resume_job(job: Job, time_limit: Optional[str] = None) -> Job:
     kind = record.manifest.get("kind")
     if kind not in ("train", "entry", "script", "function"):
         raise SubmissionError(f"job {job.id}: a {kind} does not resume; its points do, one by one")
-    if kind != "train" and not any((record.folder / CHECKPOINTS).glob("checkpoint-*.pt")):
+    if kind != "train" and not checkpoint_files(record.folder / CHECKPOINTS):
         raise SubmissionError(f"job {job.id} saved no checkpoint (hpcdl.save_checkpoint): submit it again instead")
     if record.state not in RESUMABLE:
         raise SubmissionError(f"job {job.id} is {record.state}: only a job that ended {', '.join(RESUMABLE)} resumes")

@@ -32,7 +32,7 @@ from hpcdl.plan import JobPlan
 from hpcdl.snapshot import run_from_snapshot
 from hpcdl.store.atomic import atomic_save, make_folder, remove_stale_temporaries
 from hpcdl.store.files import (CHECKPOINTS, FINAL, FUNCTION, FUNCTION_RESULT, LOGS, MANIFEST, METRICS,
-                               RANK_RESULTS, RANKS_DONE, STATUS)
+                               RANK_RESULTS, RANKS_DONE, STATUS, checkpoint_files)
 from hpcdl.store.folders import read_json
 from hpcdl.store.safety import check_store, load_pickle
 from hpcdl.train.stopping import STOP_SIGNAL, StopRequested, listen_for_stop
@@ -131,8 +131,8 @@ def _events_with_restart(folder: Path, restarts: int) -> list[dict[str, Any]]:
     events = (read_json(folder / STATUS) or {}).get("events", [])
     if restarts == 0 or any(e.get("restarts") == restarts - 1 for e in events):
         return events
-    newest = max((int(p.stem.split("-")[1]) for p in (folder / CHECKPOINTS).glob("checkpoint-*.pt")
-                  if p.stem.split("-")[1].isdigit()), default=0)
+    checkpoints = checkpoint_files(folder / CHECKPOINTS)
+    newest = checkpoints[-1][0] if checkpoints else 0
     return [*events, {"event": "restarted", "at": time.time(), "iteration": newest, "restarts": restarts - 1}]
 
 

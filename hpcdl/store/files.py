@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 MANIFEST = "manifest.json"
 """What was submitted: the job plan, overrides, time, host, git commit; written atomically at submission."""
 STATUS = "status.json"
@@ -20,6 +23,8 @@ PLOT = "training-progress.png"
 """The training-progress plot."""
 CHECKPOINTS = "checkpoints"
 """The folder of checkpoints."""
+CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d{9})\.pt$")
+"""A checkpoint's file in CHECKPOINTS: the iteration it was taken after, in 9 digits."""
 RANKS_DONE = "ranks-done"
 """One empty file per rank that returned; the rank that completes the set writes COMPLETED."""
 LOGS = "logs"
@@ -38,3 +43,18 @@ RANK_RESULTS = "rank-results"
 """hpcdl.batch(all_ranks=True): each rank's pickled return value, as N.pkl."""
 RESULTS = (MODEL, INFO, RESULT, METRICS, PLOT)
 """What jobs fetch copies of a training job."""
+
+
+def checkpoint_file(folder: Path, iteration: int) -> Path:
+    """The file of the checkpoint taken after ``iteration`` in ``folder``."""
+    return folder / f"checkpoint-{iteration:09d}.pt"
+
+
+def checkpoint_files(folder: Path) -> list[tuple[int, Path]]:
+    """(iteration, file) of every checkpoint in ``folder``, oldest first; none when there is no such folder."""
+    found = []
+    for path in folder.iterdir() if folder.is_dir() else ():
+        match = CHECKPOINT_NAME.match(path.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    return sorted(found)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-import re
 import sys
 import time
 from dataclasses import dataclass
@@ -24,16 +23,11 @@ import torch
 from torch import nn
 
 from hpcdl.store.atomic import atomic_save, atomic_write_text, make_folder, remove_stale_temporaries
+from hpcdl.store.files import checkpoint_file, checkpoint_files
 from hpcdl.train.progress import TrainingInfo
 from hpcdl.train.validation import BestValidation
 
-PATTERN = re.compile(r"^checkpoint-(\d{9})\.pt$")
 CHUNK = 1 << 20
-
-
-def checkpoint_file(folder: Path, iteration: int) -> Path:
-    """The file of the checkpoint taken after ``iteration``."""
-    return folder / f"checkpoint-{iteration:09d}.pt"
 
 
 def checksum_file(checkpoint: Path) -> Path:
@@ -57,19 +51,10 @@ def save_checkpoint(folder: str | Path, iteration: int, state: dict[str, Any], k
     path = checkpoint_file(folder, iteration)
     atomic_save(path, lambda f: torch.save(state, f))
     atomic_write_text(checksum_file(path), file_digest(path) + "\n")
-    for _, old in sorted(_checkpoints(folder))[:-keep]:
+    for _, old in checkpoint_files(folder)[:-keep]:
         checksum_file(old).unlink(missing_ok=True)  # first: a checkpoint without its checksum is not used
         old.unlink(missing_ok=True)
     return path
-
-
-def _checkpoints(folder: Path) -> list[tuple[int, Path]]:
-    found = []
-    for path in folder.iterdir() if folder.is_dir() else ():
-        match = PATTERN.match(path.name)
-        if match:
-            found.append((int(match.group(1)), path))
-    return found
 
 
 def _damage(path: Path) -> Optional[str]:
@@ -90,7 +75,7 @@ def load_latest_checkpoint(folder: Optional[str | Path]) -> Optional[dict[str, A
     if folder is None:
         return None
     remove_stale_temporaries(folder)
-    for _, path in sorted(_checkpoints(Path(folder)), reverse=True):
+    for _, path in reversed(checkpoint_files(Path(folder))):
         problem = _damage(path)
         if problem is None:
             try:
