@@ -111,22 +111,12 @@ def _when(seconds: float) -> str:
 def _sweep_points(folder: Path) -> tuple["JobRecord", list["JobRecord"]]:
     """A sweep's record and its points, asking the scheduler once: the points' states, then the sweep's."""
     from hpcdl.store.folders import DAMAGED, load_record
-    from hpcdl.store.states import resolve_states
-    from hpcdl.store.sweeps import load_points, settle
+    from hpcdl.store.states import resolve_sweep
 
     sweep = load_record(folder)
     if sweep is None:
         raise HpcdlError(f"{folder}: the sweep's manifest is gone")
-    if sweep.state == DAMAGED:
-        return sweep, []
-    try:
-        points, _ = load_points(sweep, {})
-    except (OSError, ValueError, HpcdlError) as e:  # as resolve_states judges a sweep whose points are unreadable
-        sweep.state, sweep.reason = DAMAGED, f"its points cannot be read: {e}"
-        return sweep, []
-    resolve_states(points)
-    settle(sweep, points)
-    return sweep, points
+    return sweep, [] if sweep.state == DAMAGED else resolve_sweep(sweep, {})
 
 
 def _show_sweep(folder: Path) -> int:
@@ -247,12 +237,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def _fetch_sweep(job: Any, args: argparse.Namespace) -> int:
     """A sweep's summary table on screen, as CSV and its points' curves as PNG, in the target folder."""
+    from hpcdl.store.folders import DAMAGED
     from hpcdl.store.sweeps import SUMMARY_CSV, SUMMARY_PLOT, format_table, plot_curves, summary, write_csv
 
     if args.wait:
         job.wait()
     sweep, points = _sweep_points(job.folder)
-    if sweep.state == "DAMAGED":
+    if sweep.state == DAMAGED:
         raise HpcdlError(f"sweep {sweep.id} is DAMAGED ({sweep.reason}); its folder: {sweep.folder}")
     rows = summary(points)
     target = Path(args.to or job.id).resolve()

@@ -36,13 +36,20 @@ def resolve_states(records: list[JobRecord]) -> None:
     _resolve_jobs([r for r in records if not is_sweep(r)])
     known = {r.id: r for r in records}
     for sweep in sweeps:
-        try:
-            points, loaded = load_points(sweep, known)
-        except (OSError, ValueError, HpcdlError) as e:
-            sweep.state, sweep.reason = DAMAGED, f"its points cannot be read: {e}"
-            continue
-        _resolve_jobs(loaded)
-        settle(sweep, points)
+        resolve_sweep(sweep, known)
+
+
+def resolve_sweep(sweep: JobRecord, known: dict[str, JobRecord]) -> list[JobRecord]:
+    """Set the state of ``sweep`` from its points' and return them (those not in ``known`` read from the store
+    and resolved); none, and the sweep DAMAGED, when they cannot be read."""
+    try:
+        points, loaded = load_points(sweep, known)
+    except (OSError, ValueError, HpcdlError) as e:
+        sweep.state, sweep.reason = DAMAGED, f"its points cannot be read: {e}"
+        return []
+    _resolve_jobs(loaded)
+    settle(sweep, points)
+    return points
 
 
 def _resolve_jobs(records: list[JobRecord]) -> None:
