@@ -19,6 +19,7 @@ from torch.utils.data import Dataset
 
 from hpcdl.config.data import AugmentationConfig
 from hpcdl.data.batches import pinned_to
+from hpcdl.data.views import DatastoreView
 
 RANGES = ("rotation", "scale", "x_translation", "y_translation", "shear")
 DRAWS = 12
@@ -26,7 +27,7 @@ DRAWS = 12
 x translation, y translation, brightness, contrast, saturation (each used only where configured)."""
 
 
-class AugmentedImageDatastore(Dataset):
+class AugmentedImageDatastore(DatastoreView):
     """Wraps a datastore of (uint8 CxHxW, label); resizes or crops to ``output_size`` and augments.
 
     The keyword arguments are those of ``data.augmentation`` and follow its rules (AugmentationConfig);
@@ -65,23 +66,14 @@ class AugmentedImageDatastore(Dataset):
                    output_size: Optional[Sequence[int]] = None, crop: Optional[str] = None) -> None:
         """Take the sizes and ranges of ``settings``; None: no random transform at all."""
         size = output_size or settings.output_size
-        self.store, self.output_size, self.seed = store, (int(size[0]), int(size[1])), seed
+        self._show(store)
+        self.output_size, self.seed = (int(size[0]), int(size[1])), seed
         self.crop = crop or settings.crop
         self.reflect = (settings.random_x_reflection, settings.random_y_reflection) if settings else (False, False)
         bounds = {name: getattr(settings, name) if settings else None for name in RANGES}
         self.rotation, self.scale, self.shear = bounds["rotation"], bounds["scale"], bounds["shear"]
         self.translation = (bounds["x_translation"], bounds["y_translation"])
         self.jitter = (settings.brightness, settings.contrast, settings.saturation) if settings else (0.0,) * 3
-        self.classes = getattr(store, "classes", None)
-        self.channels = getattr(store, "channels", None)
-
-    def __len__(self) -> int:
-        return len(self.store)
-
-    def reopen(self) -> None:
-        """Reopen the wrapped datastore's files in a new worker process."""
-        if hasattr(self.store, "reopen"):
-            self.store.reopen()
 
     def __getitem__(self, key: Any) -> Optional[tuple[torch.Tensor, int]]:
         index, epoch = key if isinstance(key, tuple) else (key, 0)
