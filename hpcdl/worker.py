@@ -166,7 +166,8 @@ def _log_to_own_files(logs: Path) -> None:
 def run_job(folder: str) -> None:
     """Run the job stored in ``folder``; its status file says how it went."""
     path = Path(folder)
-    if RANK_LOGS in os.environ and any(name in os.environ for name in LAUNCHER_RANK_VARIABLES):
+    launched_as_rank = any(name in os.environ for name in LAUNCHER_RANK_VARIABLES)
+    if launched_as_rank and RANK_LOGS in os.environ:
         _log_to_own_files(Path(os.environ.pop(RANK_LOGS)))  # first: any error of this rank lands there
     check_store(path.parent)
     manifest = read_json(path / MANIFEST)
@@ -179,7 +180,6 @@ def run_job(folder: str) -> None:
     os.environ["HPCDL_JOB_FOLDER"] = str(path)
     os.environ.setdefault("HPCDL_COLLECTIVE_TIMEOUT_S", str(plan.cluster.collective_timeout_s))
     os.environ["HPCDL_SIGNAL_DELAY_S"] = str(plan.cluster.signal_delay_s)
-    launched_as_rank = any(name in os.environ for name in LAUNCHER_RANK_VARIABLES)
     first_process = plan.cluster.backend == "local" and not launched_as_rank
     if first_process:  # tells this run's heartbeats and stop flags from an earlier run's (Slurm: job id, restart)
         os.environ[heartbeat.RUN_TOKEN] = uuid.uuid4().hex
