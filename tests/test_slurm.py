@@ -348,6 +348,42 @@ def test_with_no_requeue_left_the_job_stops_and_jobs_resume_finishes_it(store: P
     assert _iterations(job.folder) == list(range(1, job.result()["iterations"] + 1))
 
 
+@pytest.mark.parametrize("comm", ["torch", "mpi"])
+def test_the_signal_sent_to_the_batch_shell_alone_stops_every_rank_with_a_checkpoint(
+        store: Path, digits_root: Path, comm: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """scancel --signal=USR2 --batch reaches the batch shell only: it hands the signal on to srun or mpirun."""
+    from hpcdl.store.job import Job
+
+    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    if comm == "mpi":
+        pytest.importorskip("mpi4py")
+    extra = [MPIRUN_LOOPBACK] if comm == "mpi" else []
+    done = _cli("hpcdl.submit", "cluster=slurm", "cluster.nodes=2", "training.execution_environment=parallel",
+                f"training.comm={comm}", f"data.root={digits_root}", "training.max_epochs=100",
+                "training.mini_batch_size=32", "cluster.max_requeues=0", "cluster.time=00:10:00",
+                f"name=batch-signal-{comm}", *extra)
+    job = Job.attach(done.stdout.split()[2])
+    deadline = time.monotonic() + 120
+    while not ((job.folder / "metrics.jsonl").is_file() and (job.folder / "metrics.jsonl").read_text().strip()):
+        assert time.monotonic() < deadline, job.error()
+        time.sleep(0.5)
+    subprocess.run(["scancel", "--signal=USR2", "--batch", job.backend_id], check=True)
+    assert job.wait(timeout=120) == "STOPPED", job.error()
+    reason = job.refresh().reason
+    assert "stopped on SIGUSR2 after iteration" in reason, reason
+    stopped = int(reason.split("after iteration ")[1].split(",")[0])
+    assert stopped in _checkpoint_iterations(job.folder)
+    assert _iterations(job.folder) == list(range(1, stopped + 1))
+    assert _sacct_state(job.backend_id) == "COMPLETED"  # the batch shell lived on and ended as its ranks did
+
+
+def _checkpoint_iterations(folder: Path) -> list[int]:
+    from hpcdl.store.files import checkpoint_files
+
+    return [iteration for iteration, _ in checkpoint_files(folder / "checkpoints")]
+
+
 def test_a_torchrun_style_script_runs_across_both_nodes(store: Path, tmp_path: Path) -> None:
     from hpcdl.store.job import Job
     from tests.user_code import write_user_code

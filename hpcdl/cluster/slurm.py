@@ -25,6 +25,7 @@ from hpcdl.store.atomic import atomic_write_text
 from hpcdl.store.files import LOGS
 from hpcdl.store.folders import JobRecord
 from hpcdl.store.sweeps import runs_under_runner
+from hpcdl.train.stopping import STOP_SIGNAL
 
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
           "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD")
@@ -138,13 +139,37 @@ def _python(plan: JobPlan) -> str:
     return f"{shlex.join(profile.mpirun)} {python}" if plan.mpi else python
 
 
+def _stop_signal_forwarded(script: str) -> str:
+    """``script`` with its last line, the one that starts the ranks, run in the background of a batch shell
+    that hands the stop signal on to it (srun and mpirun pass it to every rank) and waits until it ends.
+
+    ``scancel --signal=USR2 --batch`` and ``sbatch --signal=B:USR2@N`` signal the batch shell alone: bash would
+    die of it, ending the job with no checkpoint, and a trap on a command in the foreground runs only once
+    the command has ended.
+    """
+    head, _, start = script.rstrip("\n").rpartition("\n")
+    signal_name = STOP_SIGNAL.name.removeprefix("SIG")
+    return "\n".join([
+        head,
+        f"trap 'kill -s {signal_name} \"$hpcdl_ranks\" 2>/dev/null' {signal_name}"
+        "  # the stop signal, sent to this shell alone, goes on to the ranks",
+        f"{start} &",
+        "hpcdl_ranks=$!",
+        'while true; do  # wait returns early each time the trap runs',
+        '    wait "$hpcdl_ranks"; hpcdl_status=$?',
+        '    kill -0 "$hpcdl_ranks" 2>/dev/null || exit "$hpcdl_status"',
+        "done",
+        "",
+    ])
+
+
 def sbatch_script(plan: JobPlan, folder: Path) -> str:
     """The exact sbatch script of a job in ``folder``: what dry_run prints and what submit hands to sbatch."""
     from submitit.slurm.slurm import _make_sbatch_string
 
     logs = folder / "slurm"
     command = " ".join([_python(plan), "-u -m submitit.core._submit", shlex.quote(str(logs))])
-    return _make_sbatch_string(command=command, folder=logs, **sbatch_parameters(plan))
+    return _stop_signal_forwarded(_make_sbatch_string(command=command, folder=logs, **sbatch_parameters(plan)))
 
 
 def max_array_size() -> int:
@@ -185,8 +210,9 @@ def array_script(tasks: list[list[tuple[JobPlan, Path]]], sweep: Path, paralleli
                          f'--error "$folder/slurm/%A_%a_%t_log.err" --kill-on-bad-exit=1 {worker}')
     parameters = {**sbatch_parameters(plan), "use_srun": False, "srun_args": None,
                   "job_name": f"{plan.name}-sweep"}
-    return _make_sbatch_string(command="\n".join(lines), folder=sweep / "slurm", map_count=len(tasks),
-                               array_parallelism=parallelism or len(tasks), **parameters)
+    return _stop_signal_forwarded(_make_sbatch_string(command="\n".join(lines), folder=sweep / "slurm",
+                                                      map_count=len(tasks),
+                                                      array_parallelism=parallelism or len(tasks), **parameters))
 
 
 def array_tasks(slurm_id: str) -> list[str]:
