@@ -166,8 +166,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"code      {code['files']} files, {code['bytes'] / 1024:.0f} KB of {code['from']}, run from the copy"
           if code else "code      not snapshotted (run from where it lies)")
     for event in record.status.get("events", []):
+        slurm = f"; Slurm: {event['slurm']}" if "slurm" in event else ""
         print(f"{event['event']:<9} {_when(event['at'])} after iteration {event['iteration']} "
-              f"(restart {event['restarts']})")
+              f"(restart {event['restarts']}{slurm})")
+        if event.get("failure"):
+            print(f"          a rank of the run before: {event['failure']}")
     for resume in m.get("resumes", []):
         print(f"resumed   {_when(resume['at'])} after {resume['after']} (was {resume['backend_id']}), "
               f"time {resume['time']}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -16,11 +15,12 @@ from hpcdl.config.cluster import time_limit_seconds
 from hpcdl.config.secrets import check_no_secret_values
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.host import process_id
-from hpcdl.store.files import CHECKPOINTS, FINAL, FUNCTION, MANIFEST, RANK_RESULTS, RANKS_DONE, checkpoint_files
+from hpcdl.store.files import CHECKPOINTS, FINAL, FUNCTION, MANIFEST, checkpoint_files
 from hpcdl.store.folders import JobRecord, new_job_folder, remember_root, remove_job_folder, store_root, write_json
 from hpcdl.plan import JobPlan, resolve_function
 from hpcdl.snapshot import take_snapshot
 from hpcdl.store.job import Job
+from hpcdl.store.status import forget_ranks_of_last_run
 
 
 def git_commit(cwd: Path) -> Optional[dict[str, Any]]:
@@ -128,8 +128,7 @@ def resume_job(job: Job, time_limit: Optional[str] = None) -> Job:
     manifest.update(plan=plan.to_dict(), resumes=[*manifest.get("resumes", []), previous],
                     submitted_from={**manifest["submitted_from"], "process": process_id(os.getpid())})
     write_json(record.folder / MANIFEST, manifest)
-    for stale in (RANKS_DONE, RANK_RESULTS):  # the last run's: they must not complete this run's set
-        shutil.rmtree(record.folder / stale, ignore_errors=True)
+    forget_ranks_of_last_run(record.folder)
     (record.folder / FINAL).unlink(missing_ok=True)  # the job is SUBMITTING again, then runs
     manifest["backend_id"] = backend.submit(plan, record.folder)
     write_json(record.folder / MANIFEST, manifest)

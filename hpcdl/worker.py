@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -24,6 +23,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from hpcdl.cluster.restarts import (failure_of_an_earlier_run, how_run_ended, record_failure,
+                                   requeued_since_start, this_run, withdraw_earlier_failure)
 from hpcdl.distributed import heartbeat
 from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank
 from hpcdl.errors import FolderGoneError
@@ -92,27 +93,20 @@ def _enforce_local_time_limit(folder: Path, plan: JobPlan) -> None:
         timer.start()
 
 
-def _requeued_by_slurm(slurm_job: str, restarts: int) -> str:
-    """' by Slurm' when the scheduler has requeued the job itself (a preemption with PreemptMode=REQUEUE and no
-    grace: its own requeue is refused), seen as a restart count past this run's; else ''."""
-    shown = subprocess.run(["scontrol", "show", "job", slurm_job], capture_output=True, text=True).stdout
-    found = re.search(r"\bRestarts=(\d+)", shown)
-    return " by Slurm" if found and int(found.group(1)) > restarts else ""
-
-
 def _after_stop(folder: Path, plan: JobPlan, stop: StopRequested, job_id: str) -> None:
     """The ranks stopped on the signal with a checkpoint: on Slurm the lead requeues the job while requeues
     are left (it goes on from the checkpoint); otherwise the job ends TIMEOUT (local) or STOPPED."""
     if global_rank() != plan.lead_rank:
         return
-    restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+    restarts = this_run()
     slurm_job = os.environ.get("SLURM_JOB_ID")
     event = {"at": time.time(), "iteration": stop.iteration, "restarts": restarts}
     status = read_json(folder / STATUS) or {}
     if slurm_job and restarts < plan.cluster.max_requeues:
         requeue = subprocess.run(["scontrol", "requeue", slurm_job], capture_output=True, text=True)
-        by = "" if requeue.returncode == 0 else _requeued_by_slurm(slurm_job, restarts)
-        if requeue.returncode == 0 or by:
+        # refused where Slurm has requeued the job itself (a preemption with PreemptMode=REQUEUE and no grace)
+        by = "" if requeue.returncode == 0 else " by Slurm" if requeued_since_start() else None
+        if by is not None:
             write_status(folder, "REQUEUED", events=[*status.get("events", []), {**event, "event": "requeued"}])
             print(f"[hpcdl] {stop}; requeued{by} (restart {restarts + 1} of at most {plan.cluster.max_requeues})",
                   flush=True)
@@ -125,15 +119,19 @@ def _after_stop(folder: Path, plan: JobPlan, stop: StopRequested, job_id: str) -
                 reason=f"{stop}; go on with python -m hpcdl.jobs resume {job_id}")
 
 
-def _events_with_restart(folder: Path, restarts: int) -> list[dict[str, Any]]:
+def _events_with_restart(folder: Path, restarts: int, earlier_failure: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The job's events, with this start noted when Slurm requeued the job without hpcdl asking (a preemption
-    without grace, a node failure, an operator's scontrol requeue): from which checkpoint it goes on."""
+    without grace, a node failure, an operator's scontrol requeue): how the last run ended, from which
+    checkpoint it goes on, and what a rank that outlived that run recorded."""
     events = (read_json(folder / STATUS) or {}).get("events", [])
     if restarts == 0 or any(e.get("restarts") == restarts - 1 for e in events):
         return events
     checkpoints = checkpoint_files(folder / CHECKPOINTS)
-    newest = checkpoints[-1][0] if checkpoints else 0
-    return [*events, {"event": "restarted", "at": time.time(), "iteration": newest, "restarts": restarts - 1}]
+    event = {"event": "restarted", "at": time.time(), "iteration": checkpoints[-1][0] if checkpoints else 0,
+             "restarts": restarts - 1, "slurm": how_run_ended(restarts - 1) or "UNKNOWN"}
+    if earlier_failure is not None:
+        event["failure"] = earlier_failure.get("reason", "")
+    return [*events, event]
 
 
 def _launch_ranks(path: Path, plan: JobPlan) -> None:
@@ -173,7 +171,7 @@ def run_job(folder: str) -> None:
     manifest = read_json(path / MANIFEST)
     if manifest is None:
         raise FileNotFoundError(f"{path / MANIFEST}: no manifest; not a job folder")
-    if (path / FINAL).exists():  # cancelled while it was being submitted: nothing runs
+    if (path / FINAL).exists() and failure_of_an_earlier_run(path) is None:  # cancelled while being submitted
         return
     plan = JobPlan.from_dict(manifest["plan"])  # checked at submission: nothing is validated again here
     run_from_snapshot(path, manifest)
@@ -192,10 +190,11 @@ def run_job(folder: str) -> None:
         _enforce_local_time_limit(path, plan)
     if lead:
         remove_stale_temporaries(path)
-        restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+        restarts = this_run()
+        earlier_failure = withdraw_earlier_failure(path)  # a rank that outlived the last run; this one goes on
         write_status(path, "RUNNING", started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
                      slurm_job_id=os.environ.get("SLURM_JOB_ID"), restarts=restarts,
-                     events=_events_with_restart(path, restarts))
+                     events=_events_with_restart(path, restarts, earlier_failure))
     if plan.kind == "script":
         from hpcdl.usercode import listen_for_script_stop
 
@@ -213,8 +212,8 @@ def run_job(folder: str) -> None:
         return
     except BaseException as e:
         with contextlib.suppress(FolderGoneError):  # a deleted job folder is not written again
-            write_final(path, "FAILED", rank=global_rank(),  # whichever rank fails first says why
-                        reason=f"rank {global_rank()}: {type(e).__name__}: {e}", traceback=traceback.format_exc())
+            record_failure(path, f"rank {global_rank()}: {type(e).__name__}: {e}",  # whichever rank fails first
+                           rank=global_rank(), traceback=traceback.format_exc())
         raise
     heartbeat.finish()
     if _all_ranks_done(path, plan):
@@ -222,13 +221,17 @@ def run_job(folder: str) -> None:
 
 
 def _all_ranks_done(folder: Path, plan: JobPlan) -> bool:
-    """Note that this rank returned; True for the rank that completes the set (the job is done only then)."""
+    """Note that this rank returned; True for the rank that completes the set (the job is done only then).
+
+    The marks carry the run (Slurm's restart count): a rank of a run that Slurm ended does not count for the next.
+    """
     if plan.world_size == 1:
         return True
     done = folder / RANKS_DONE
     done.mkdir(mode=0o700, exist_ok=True)
-    (done / str(global_rank())).touch()
-    return len(list(done.iterdir())) >= plan.world_size
+    run = this_run()
+    (done / f"{run}.{global_rank()}").touch()
+    return len([mark for mark in done.iterdir() if mark.name.startswith(f"{run}.")]) >= plan.world_size
 
 
 if __name__ == "__main__":

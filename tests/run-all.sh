@@ -17,7 +17,7 @@ export HPCDL_REQUIRE_SLURM=1                      # tests against the cluster fa
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # CI runs as root
 
 set +e
-python3 -m pytest -q -ra "$@"
+python3 -m pytest -q -ra --durations=25 "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

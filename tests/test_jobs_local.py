@@ -121,3 +121,44 @@ def test_dry_run_prints_the_command_and_submits_nothing(store: Path) -> None:
     done = _cli("hpcdl.submit", "dry_run=true")
     assert "-m hpcdl.worker" in done.stdout and "dry run: nothing was submitted" in done.stdout
     assert job_folders(store) == []
+
+
+@pytest.mark.parametrize("epochs_written", [3, 21])  # the second writes more than the listing's tail reads
+def test_progress_counts_the_iterations_of_an_epoch_from_the_tail_of_a_long_metrics_file(tmp_path: Path,
+                                                                                       epochs_written: int) -> None:
+    import json
+
+    from hpcdl.store.follow import TAIL_BYTES, progress
+    from hpcdl.store.folders import JobRecord
+
+    per_epoch, last = 45, epochs_written * 45 - 5
+    lines = [json.dumps({"kind": "iteration", "epoch": (i - 1) // per_epoch + 1, "iteration": i, "loss": 0.1,
+                         "accuracy": 1.0, "time_s": 0.5 * i, "padding": "x" * 40}) for i in range(1, last + 1)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    assert (len("\n".join(lines)) > TAIL_BYTES) == (epochs_written == 21)
+    record = JobRecord(tmp_path, {"plan": {"config": {"training": {"max_epochs": 60}}}}, {}, state="RUNNING")
+    view = progress(record)
+    assert view["iteration"] == last and view["epoch"] == epochs_written
+    assert view["fraction"] == last / (per_epoch * 60)
+
+
+def test_a_rank_done_in_a_run_slurm_ended_does_not_complete_the_next_run(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from hpcdl.worker import _all_ranks_done
+
+    plan = SimpleNamespace(world_size=2)
+    from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES
+
+    for name in LAUNCHER_RANK_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+    def returns(rank: int, run: int) -> bool:
+        monkeypatch.setenv("SLURM_PROCID", str(rank))
+        monkeypatch.setenv("SLURM_RESTART_COUNT", str(run))
+        return _all_ranks_done(tmp_path, plan)
+
+    assert not returns(1, run=0)  # rank 1 finished, then Slurm ended the run (its node failed) and requeued it
+    assert not returns(0, run=1)  # the next run: rank 1's earlier mark does not count
+    assert returns(1, run=1)

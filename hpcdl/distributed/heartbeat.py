@@ -30,11 +30,11 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from hpcdl.cluster.restarts import record_failure
 from hpcdl.errors import FolderGoneError, HpcdlError
 from hpcdl.store.atomic import atomic_write_text, make_folder
 from hpcdl.store.files import HEARTBEATS
 from hpcdl.store.folders import read_json
-from hpcdl.store.status import write_final
 
 RUN_TOKEN = "HPCDL_RUN_TOKEN"
 """Set by hpcdl's local launcher for its ranks; on Slurm the job id and restart count stand for it."""
@@ -178,6 +178,6 @@ class Watcher:
         reason = (f"rank {rank}{where} {what} for {silent_s:.0f} s: stopped, frozen or lost; "
                   f"noticed by rank {self.rank}")
         with contextlib.suppress(OSError, FolderGoneError):
-            write_final(self.folder, "FAILED", rank=rank, reason=reason)
+            record_failure(self.folder, reason, rank=rank)
         print(f"[hpcdl] {reason}", file=sys.stderr, flush=True)
         os._exit(1)

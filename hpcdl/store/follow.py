@@ -45,12 +45,14 @@ def progress(record: JobRecord, records: Optional[list[dict[str, Any]]] = None) 
     if iterations:
         last = iterations[-1]
         view.update(epoch=last["epoch"], iteration=last["iteration"], loss=last["loss"], accuracy=last["accuracy"])
-        second = [r["iteration"] for r in iterations if r["epoch"] >= 2]
+        # the first iteration of an epoch after the first counts the iterations of those before it
+        per_epoch = next(((r["iteration"] - 1) / (r["epoch"] - 1) for before, r in zip(iterations, iterations[1:])
+                          if r["epoch"] > before["epoch"] and r["iteration"] > 1), None)
         if last.get("total"):  # hpcdl.report(..., total=N) from the user's code
             view["fraction"] = min(1.0, last["iteration"] / last["total"])
         elif max_epochs:
-            if second and second[0] > 1:
-                view["fraction"] = min(1.0, last["iteration"] / ((second[0] - 1) * max_epochs))
+            if per_epoch:
+                view["fraction"] = min(1.0, last["iteration"] / (per_epoch * max_epochs))
             else:
                 view["fraction"] = (last["epoch"] - 1) / max_epochs
     if validations:

@@ -95,7 +95,9 @@ def _resolve(record: JobRecord, scheduler_state: str | None) -> None:
     if scheduler_state is not None and scheduler_state.split()[0] not in SCHEDULER_FINAL:
         if scheduler_state == "RUNNING" and own is None and runs_under_runner(record):
             scheduler_state = "PENDING"  # its runner runs, the point waits for a slot
-        record.state = "RUNNING" if own == "RUNNING" and scheduler_state == "PENDING" else scheduler_state
+        record.state = scheduler_state
+        if own in ("RUNNING", "REQUEUED") and scheduler_state == "PENDING":
+            record.reason = "queued again: it goes on from its newest checkpoint"
         return
     if scheduler_state is not None:
         _settle(record, SCHEDULER_FINAL[scheduler_state.split()[0]],

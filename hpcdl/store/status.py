@@ -10,12 +10,13 @@ limit cannot turn TIMEOUT into COMPLETED.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from hpcdl.store.atomic import create_once
-from hpcdl.store.files import FINAL, STATUS
+from hpcdl.store.files import FINAL, RANK_RESULTS, RANKS_DONE, STATUS
 from hpcdl.store.folders import read_json, write_json
 
 
@@ -30,6 +31,12 @@ def write_final(folder: Path, state: str, **fields: Any) -> bool:
     """Record the job's final state unless one is recorded already; True when this call's state holds."""
     final = {**fields, "state": state, "ended_at": fields.get("ended_at", time.time())}
     return create_once(folder / FINAL, json.dumps(final, indent=1, sort_keys=True) + "\n")
+
+
+def forget_ranks_of_last_run(folder: Path) -> None:
+    """Remove the ranks' done marks and results of an earlier run, which must not complete this run's set."""
+    for stale in (RANKS_DONE, RANK_RESULTS):
+        shutil.rmtree(folder / stale, ignore_errors=True)
 
 
 def withdraw_final(folder: Path) -> None:

@@ -1,0 +1,149 @@
+"""Jobs Slurm queues again, on the real cluster: preempted, requeued by an operator, on a node that lost its
+slurmd. Each goes on from its newest checkpoint with no iteration lost or repeated.
+
+Slurm 22.05 holds a requeued job about 120 s before it may start again (../shared/SLURM-NOTES.md). The three
+faults are made one after another in one fixture and the jobs waited for together, so the holds overlap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from hpcdl.store.job import Job
+from tests.test_slurm import _cli, _iterations, _sacct_state, slurm_cluster  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.slurm
+
+
+def _submit(digits_root: Path, name: str, *overrides: str) -> Job:
+    done = _cli("hpcdl.submit", "cluster=slurm", f"data.root={digits_root}", "training.mini_batch_size=32",
+                "cluster.time=00:10:00", "training.verbose=false", f"name={name}", *overrides)
+    return Job.attach(done.stdout.split()[2])
+
+
+def _wait_for(what: str, job: Job, ready: Any, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert time.monotonic() < deadline, f"{job.id}: no {what} in {timeout_s} s: {job.refresh().state} {job.error()}"
+        time.sleep(0.2)
+
+
+def _checkpointed(job: Job) -> bool:
+    return any((job.folder / "checkpoints").glob("checkpoint-*.pt"))
+
+
+def _trains(job: Job) -> bool:
+    metrics = job.folder / "metrics.jsonl"
+    return metrics.is_file() and bool(metrics.read_text().strip())
+
+
+def _slurmd_pid_file(node: str) -> Path:
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, check=True).stdout
+    pattern = next(line.split("=", 1)[1].strip() for line in config.splitlines() if line.startswith("SlurmdPidFile"))
+    return Path(pattern.replace("%n", node))
+
+
+def _requeued_by_an_operator(digits_root: Path) -> Job:
+    """scontrol requeue of a running job: Slurm ends it (TERM, then KILL after KillWait) without a checkpoint."""
+    job = _submit(digits_root, "operator-requeued", "training.max_epochs=40")
+    _wait_for("checkpoint", job, lambda: _checkpointed(job))
+    subprocess.run(["scontrol", "requeue", job.backend_id], check=True)
+    return job
+
+
+def _on_a_node_that_lost_its_slurmd(digits_root: Path, seen: dict[str, Any]) -> Job:
+    """slurmd of n2 stopped (as systemctl stop does) under a two-node job: after SlurmdTimeout (30 s here) Slurm
+    calls it NODE_FAIL and requeues the job; the rank left running on n2 loses its peer and fails."""
+    job = _submit(digits_root, "node-lost", "training.max_epochs=40", "cluster.nodes=2",
+                  "training.execution_environment=parallel")
+    _wait_for("checkpoint", job, lambda: _checkpointed(job))
+    pid_file = _slurmd_pid_file("n2")
+    os.kill(int(pid_file.read_text()), signal.SIGTERM)
+    try:
+        _wait_for("NODE_FAIL", job, lambda: _sacct_state_of_first_run(job) == "NODE_FAIL", timeout_s=150)
+        _wait_for("listing as queued again", job, lambda: job.refresh().state not in ("RUNNING", "COMPLETING"))
+        seen["state"], seen["reason"] = job.state, job.refresh().reason
+    finally:  # n2 comes back (ReturnToService=2) for the other tests
+        subprocess.run(["slurmd", "-N", "n2"], check=True)
+        _wait_for("n2 back", job, lambda: subprocess.run(["sinfo", "-h", "-n", "n2", "-o", "%t"], capture_output=True,
+                                                          text=True).stdout.split()[0] in ("idle", "mix", "alloc"))
+    return job
+
+
+def _sacct_state_of_first_run(job: Job) -> str:
+    runs = subprocess.run(["sacct", "-D", "-X", "-n", "-P", "-o", "State", "-j", job.backend_id],
+                          capture_output=True, text=True).stdout.split()
+    return runs[0] if len(runs) > 1 else ""
+
+
+def _preempted(digits_root: Path) -> tuple[Job, str]:
+    """A job of the urgent partition (PriorityTier 10, GraceTime 20 s) preempts it: Slurm sends USR2, the ranks
+    stop after the same iteration with a checkpoint and the job requeues itself."""
+    job = _submit(digits_root, "preempted", "training.max_epochs=6", "cluster.max_requeues=1", "cluster.nodes=2",
+                  "training.execution_environment=parallel")
+    _wait_for("metrics", job, lambda: _trains(job))
+    urgent = subprocess.run(["sbatch", "--parsable", "-p", "urgent", "-N", "2", "--exclusive", "-t", "2",
+                             "-o", "/dev/null", "--wrap", "sleep 5"], capture_output=True, text=True, check=True)
+    return job, urgent.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def requeued(tmp_path_factory: pytest.TempPathFactory, digits_root: Path) -> Iterator[dict[str, Any]]:
+    """The three jobs, each faulted once, then waited for until they end (their holds overlap)."""
+    root = tmp_path_factory.mktemp("requeue")
+    (root / "home").mkdir()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HPCDL_STORE", str(root / "store"))
+        env.setenv("HOME", str(root / "home"))
+        seen: dict[str, Any] = {}
+        operator = _requeued_by_an_operator(digits_root)
+        node = _on_a_node_that_lost_its_slurmd(digits_root, seen)
+        preempted, urgent = _preempted(digits_root)
+        ended = {name: job.wait(timeout=500) for name, job in
+                 (("operator", operator), ("node", node), ("preempted", preempted))}
+        yield {"operator": operator, "node": node, "preempted": preempted, "urgent": urgent, "ended": ended,
+               "node_listed": seen}
+
+
+def _went_on_from_its_checkpoint(job: Job, event: str) -> dict[str, Any]:
+    status = job.refresh().status
+    assert [e["event"] for e in status["events"]] == [event] and status["restarts"] >= 1, status
+    went_on = status["events"][0]["iteration"]
+    assert went_on > 0 and f"Resumed from the checkpoint of iteration {went_on}" in job.logs(0)
+    assert _iterations(job.folder) == list(range(1, job.result()["iterations"] + 1))  # no gap, no repeat
+    return status["events"][0]
+
+
+def test_a_preempted_job_requeues_itself_and_goes_on_from_its_checkpoint(requeued: dict[str, Any]) -> None:
+    job = requeued["preempted"]
+    assert requeued["ended"]["preempted"] == "COMPLETED", job.error()
+    assert _sacct_state(requeued["urgent"]) == "COMPLETED"
+    _went_on_from_its_checkpoint(job, "requeued")
+
+
+def test_a_job_requeued_by_an_operator_goes_on_from_its_newest_checkpoint(requeued: dict[str, Any]) -> None:
+    job = requeued["operator"]
+    assert requeued["ended"]["operator"] == "COMPLETED", job.error()
+    assert _went_on_from_its_checkpoint(job, "restarted")["slurm"] == "REQUEUED"
+    assert "restarted" in _cli("hpcdl.jobs", "show", job.id).stdout
+
+
+def test_a_job_on_a_node_that_lost_its_slurmd_is_queued_again_and_goes_on(requeued: dict[str, Any]) -> None:
+    """Never listed FAILED: the rank that outlived the run on n2 records nothing, the next run goes on."""
+    job = requeued["node"]
+    assert requeued["node_listed"] == {"state": "PENDING", "reason": "queued again: it goes on from its newest "
+                                                                      "checkpoint"}
+    assert requeued["ended"]["node"] == "COMPLETED", job.error()
+    event = _went_on_from_its_checkpoint(job, "restarted")
+    assert event["slurm"] == "NODE_FAIL" and "failure" not in event
+    assert "Slurm has queued the job again: it goes on from its newest checkpoint" in job.logs(1, "stderr")
+    assert "Slurm: NODE_FAIL" in _cli("hpcdl.jobs", "show", job.id).stdout
+    assert json.loads((job.folder / "final.json").read_text())["state"] == "COMPLETED"
