@@ -23,8 +23,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from hpcdl.cluster.restarts import (failure_of_an_earlier_run, how_run_ended, record_failure,
-                                   requeued_since_start, this_run, withdraw_earlier_failure)
+from hpcdl.cluster.restarts import (how_run_ended, is_earlier_runs_failure, record_failure, requeued_since_start,
+                                   this_job, this_run, withdraw_earlier_failure)
 from hpcdl.distributed import heartbeat
 from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank
 from hpcdl.errors import FolderGoneError
@@ -99,8 +99,8 @@ def _after_stop(folder: Path, plan: JobPlan, stop: StopRequested, job_id: str) -
     if global_rank() != plan.lead_rank:
         return
     restarts = this_run()
-    slurm_job = os.environ.get("SLURM_JOB_ID")
-    event = {"at": time.time(), "iteration": stop.iteration, "restarts": restarts}
+    slurm_job = this_job()
+    event = {"at": time.time(), "iteration": stop.iteration, "restarts": restarts, "slurm_job": slurm_job}
     status = read_json(folder / STATUS) or {}
     if slurm_job and restarts < plan.cluster.max_requeues:
         requeue = subprocess.run(["scontrol", "requeue", slurm_job], capture_output=True, text=True)
@@ -115,6 +115,7 @@ def _after_stop(folder: Path, plan: JobPlan, stop: StopRequested, job_id: str) -
     state = "TIMEOUT" if plan.cluster.backend == "local" else "STOPPED"
     write_status(folder, status.get("state", "RUNNING"), events=[*status.get("events", []),
                                                                  {**event, "event": "stopped"}])
+    withdraw_earlier_failure(folder)  # written late by a rank of the last run that Slurm ended
     write_final(folder, state, iteration=stop.iteration,
                 reason=f"{stop}; go on with python -m hpcdl.jobs resume {job_id}")
 
@@ -124,11 +125,11 @@ def _events_with_restart(folder: Path, restarts: int, earlier_failure: dict[str,
     without grace, a node failure, an operator's scontrol requeue): how the last run ended, from which
     checkpoint it goes on, and what a rank that outlived that run recorded."""
     events = (read_json(folder / STATUS) or {}).get("events", [])
-    if restarts == 0 or any(e.get("restarts") == restarts - 1 for e in events):
-        return events
+    if restarts == 0 or any(e.get("restarts") == restarts - 1 and e.get("slurm_job") == this_job() for e in events):
+        return events  # hpcdl requeued it itself
     checkpoints = checkpoint_files(folder / CHECKPOINTS)
     event = {"event": "restarted", "at": time.time(), "iteration": checkpoints[-1][0] if checkpoints else 0,
-             "restarts": restarts - 1, "slurm": how_run_ended(restarts - 1) or "UNKNOWN"}
+             "restarts": restarts - 1, "slurm_job": this_job(), "slurm": how_run_ended(restarts - 1) or "UNKNOWN"}
     if earlier_failure is not None:
         event["failure"] = earlier_failure.get("reason", "")
     return [*events, event]
@@ -171,7 +172,8 @@ def run_job(folder: str) -> None:
     manifest = read_json(path / MANIFEST)
     if manifest is None:
         raise FileNotFoundError(f"{path / MANIFEST}: no manifest; not a job folder")
-    if (path / FINAL).exists() and failure_of_an_earlier_run(path) is None:  # cancelled while being submitted
+    final = read_json(path / FINAL)  # read once: the lead may withdraw an earlier run's failure meanwhile
+    if final is not None and not is_earlier_runs_failure(final):  # cancelled while it was being submitted
         return
     plan = JobPlan.from_dict(manifest["plan"])  # checked at submission: nothing is validated again here
     run_from_snapshot(path, manifest)
@@ -217,6 +219,7 @@ def run_job(folder: str) -> None:
         raise
     heartbeat.finish()
     if _all_ranks_done(path, plan):
+        withdraw_earlier_failure(path)  # written late by a rank of the last run that Slurm ended
         write_final(path, "COMPLETED")
 
 

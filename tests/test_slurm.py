@@ -278,13 +278,14 @@ def _iterations(folder: Path) -> list[int]:
 
 def test_a_time_limit_stops_the_job_with_a_checkpoint_and_resume_passes_a_truncated_one_over(
         store: Path, digits_root: Path) -> None:
-    """Slurm's own time-limit signal (#SBATCH --signal=USR2@40 of a 1-minute limit) comes about 20 s in: the job
-    stops with a checkpoint before the limit, STOPPED with no requeue left, and Slurm calls it COMPLETED, not
-    TIMEOUT. Its newest checkpoint cut short, jobs resume goes on from the one before, naming the damaged one."""
+    """Slurm's own time-limit signal (#SBATCH --signal=USR2@75 of a 2-minute limit) comes 15-45 s in (slurmctld
+    looks every 30 s and may send it up to that much early): the job stops with a checkpoint before the limit,
+    STOPPED with no requeue left, and Slurm calls it COMPLETED, not TIMEOUT. Its newest checkpoint cut short,
+    jobs resume goes on from the one before, naming the damaged one."""
     from hpcdl.store.job import Job
 
-    done = _cli("hpcdl.submit", "cluster=slurm", f"data.root={digits_root}", "training.max_epochs=40",
-                "training.mini_batch_size=32", "cluster.time=00:01:00", "cluster.signal_delay_s=40",
+    done = _cli("hpcdl.submit", "cluster=slurm", f"data.root={digits_root}", "training.max_epochs=60",
+                "training.mini_batch_size=32", "cluster.time=00:02:00", "cluster.signal_delay_s=75",
                 "cluster.max_requeues=0", "training.verbose=false", "name=time-limit")
     job = Job.attach(done.stdout.split()[2])
     assert job.wait(timeout=150) == "STOPPED", job.error()
@@ -292,7 +293,7 @@ def test_a_time_limit_stops_the_job_with_a_checkpoint_and_resume_passes_a_trunca
     assert _sacct_state(job.backend_id) == "COMPLETED"
     elapsed = subprocess.run(["sacct", "-n", "-P", "-X", "-o", "ElapsedRaw", "-j", job.backend_id],
                              capture_output=True, text=True, check=True).stdout.split()[0]
-    assert int(elapsed) < 60
+    assert int(elapsed) < 120
     checkpoints = _checkpoint_iterations(job.folder)
     newest = job.folder / "checkpoints" / f"checkpoint-{checkpoints[-1]:09d}.pt"
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
@@ -302,11 +303,11 @@ def test_a_time_limit_stops_the_job_with_a_checkpoint_and_resume_passes_a_trunca
     assert job.backend_id != first_slurm_id  # a new Slurm job in the same record
     assert job.wait(timeout=240) == "COMPLETED", job.error()
     assert f"checkpoint {newest} is damaged" in job.logs(0, "stderr")
-    if len(checkpoints) > 1:  # the signal may come up to 60 s early: before any other checkpoint
-        assert f"Resumed from the checkpoint of iteration {checkpoints[-2]}" in job.logs(0)
+    assert f"Resumed from the checkpoint of iteration {checkpoints[-2]}" in job.logs(0)  # kept: 2, one an epoch
     assert _iterations(job.folder) == list(range(1, job.result()["iterations"] + 1))
 
 
+@pytest.mark.parametrize("comm", ["torch", "mpi"])
 def test_the_signal_sent_to_the_batch_shell_alone_stops_every_rank_with_a_checkpoint(
         store: Path, digits_root: Path, comm: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """scancel --signal=USR2 --batch reaches the batch shell only: it hands the signal on to srun or mpirun."""

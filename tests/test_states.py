@@ -339,3 +339,41 @@ def test_a_job_folder_deleted_mid_training_is_not_made_again(tmp_path: Path, blo
     with pytest.raises(FolderGoneError, match="is gone"):
         save_checkpoint(folder / "checkpoints", 4, {"w": torch.ones(1)})
     assert not folder.exists()
+
+
+def test_only_an_earlier_runs_failure_of_the_same_slurm_job_is_withdrawn_by_a_restart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcdl.cluster.restarts import record_failure, withdraw_earlier_failure
+
+    monkeypatch.setenv("PATH", "/nonexistent")  # no scontrol: the job cannot be seen queued again
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    assert record_failure(tmp_path, "rank 1: lost its peer", rank=1)
+    assert not record_failure(tmp_path, "rank 0: a second failure")  # the first holds
+    assert withdraw_earlier_failure(tmp_path) is None  # this run's own failure stays
+    monkeypatch.setenv("SLURM_JOB_ID", "78")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert withdraw_earlier_failure(tmp_path) is None  # another Slurm job's (after jobs resume) stays
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    withdrawn = withdraw_earlier_failure(tmp_path)  # the restarted run of job 77
+    assert withdrawn is not None and withdrawn["reason"] == "rank 1: lost its peer"
+    assert not (tmp_path / "final.json").exists()
+    write_final(tmp_path, "CANCELLED", reason="cancelled with hpcdl")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
+    assert withdraw_earlier_failure(tmp_path) is None  # a cancel is never undone
+
+
+@pytest.mark.parametrize(("own", "slurm", "listed", "reason"), [
+    ("RUNNING", "PENDING", "PENDING", "queued again: it goes on from its newest checkpoint"),
+    ("REQUEUED", "REQUEUE_HOLD", "REQUEUE_HOLD", "queued again: it goes on from its newest checkpoint"),
+    ("RUNNING", "RUNNING", "RUNNING", ""),
+    (None, "PENDING", "PENDING", ""),  # not started yet
+])
+def test_a_job_that_ran_and_is_queued_again_is_listed_so(tmp_path: Path, own: str | None, slurm: str,
+                                                         listed: str, reason: str) -> None:
+    from hpcdl.store.folders import JobRecord
+    from hpcdl.store.states import _resolve
+
+    record = JobRecord(tmp_path, {"plan": {"cluster": {"backend": "slurm"}}}, {"state": own} if own else {})
+    _resolve(record, slurm)
+    assert (record.state, record.reason) == (listed, reason)

@@ -8,6 +8,8 @@ between Slurm's TERM and KILL) must not record the job as failed: the job goes o
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import os
 import re
 import subprocess
@@ -38,7 +40,7 @@ def _ask(command: list[str]) -> str:
 
 def requeued_since_start() -> bool:
     """Whether Slurm has queued this job again since this run started (its restart count is past this run's)."""
-    job = os.environ.get("SLURM_JOB_ID")
+    job = this_job()
     if not job:
         return False
     found = re.search(r"\bRestarts=(\d+)", _ask(["scontrol", "show", "job", job]))
@@ -46,35 +48,57 @@ def requeued_since_start() -> bool:
 
 
 def how_run_ended(run: int) -> Optional[str]:
-    """Slurm's final state of run ``run`` of this job (NODE_FAIL, PREEMPTED, REQUEUED, ...), from its accounting;
-    None where there is none."""
-    job = os.environ.get("SLURM_JOB_ID")
-    runs = _ask(["sacct", "-D", "-X", "-n", "-P", "-o", "State", "-j", job]).split() if job else []
-    return runs[run].split()[0] if run < len(runs) else None
+    """Slurm's final state of run ``run`` of this job from its accounting (PREEMPTED, REQUEUED, ...), a node
+    failure with the nodes that went down meanwhile (``NODE_FAIL (n2: Not responding)``); None where there is
+    none."""
+    job = this_job()
+    if not job:
+        return None
+    runs = _ask(["sacct", "-D", "-X", "-n", "-P", "-o", "State,Start,End,NodeList", "-j", job]).splitlines()
+    if run >= len(runs) or runs[run].count("|") != 3:
+        return None
+    state, start, end, nodes = runs[run].split("|")
+    state = state.split()[0]
+    if state != "NODE_FAIL":
+        return state
+    with contextlib.suppress(ValueError):  # the node is marked down as the run ends: a minute's margin
+        end = (datetime.datetime.fromisoformat(end) + datetime.timedelta(minutes=1)).isoformat(timespec="seconds")
+    events = _ask(["sacctmgr", "-n", "-P", "show", "event", f"start={start}", f"end={end}", f"nodes={nodes}",
+                   "format=NodeName,Reason"])
+    down = sorted({line.replace("|", ": ", 1) for line in events.splitlines() if line.split("|")[0]})
+    return f"{state} ({', '.join(down)})" if down else state
+
+
+def this_job() -> Optional[str]:
+    """The Slurm job id this process runs in (an array task's own id), None outside Slurm."""
+    return os.environ.get("SLURM_JOB_ID")
 
 
 def record_failure(folder: Path, reason: str, **fields: Any) -> bool:
     """Record the job FAILED for ``reason`` (the first final state holds) unless Slurm has queued it again since
     this run started: then only say so on stderr. True when FAILED was recorded by this call."""
+    final = read_json(folder / FINAL)
+    if final is not None and not is_earlier_runs_failure(final):
+        return False  # recorded already: the first holds, and Slurm need not be asked
     if requeued_since_start():
         print(f"[hpcdl] {reason}; Slurm has queued the job again: it goes on from its newest checkpoint",
               file=sys.stderr, flush=True)
         return False
-    return write_final(folder, "FAILED", reason=reason, restarts=this_run(), **fields)
+    return write_final(folder, "FAILED", reason=reason, slurm_job=this_job(), restarts=this_run(), **fields)
 
 
-def failure_of_an_earlier_run(folder: Path) -> Optional[dict[str, Any]]:
-    """The FAILED state an earlier run of this Slurm job recorded, which this restart overrides; None when the
-    final state recorded is this run's, a cancel's, or there is none."""
-    final = read_json(folder / FINAL)
-    if final is None or final.get("state") != "FAILED" or not isinstance(final.get("restarts"), int):
-        return None
-    return final if final["restarts"] < this_run() else None
+def is_earlier_runs_failure(final: dict[str, Any]) -> bool:
+    """Whether ``final`` (a final.json) is the FAILED of an earlier run of this Slurm job, which a restart of the
+    job overrides (not a cancel's, not this run's, not another job's)."""
+    return (final.get("state") == "FAILED" and final.get("slurm_job") is not None
+            and final.get("slurm_job") == this_job() and isinstance(final.get("restarts"), int)
+            and final["restarts"] < this_run())
 
 
 def withdraw_earlier_failure(folder: Path) -> Optional[dict[str, Any]]:
-    """Remove an earlier run's FAILED state (see failure_of_an_earlier_run) and return it."""
-    final = failure_of_an_earlier_run(folder)
-    if final is not None:
-        withdraw_final(folder)
+    """Remove an earlier run's FAILED state (see is_earlier_runs_failure) and return it; None when there is none."""
+    final = read_json(folder / FINAL)
+    if final is None or not is_earlier_runs_failure(final):
+        return None
+    withdraw_final(folder)
     return final

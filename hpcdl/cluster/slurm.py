@@ -148,17 +148,19 @@ def _stop_signal_forwarded(script: str) -> str:
     the command has ended.
     """
     head, _, start = script.rstrip("\n").rpartition("\n")
-    signal_name = STOP_SIGNAL.name.removeprefix("SIG")
+    name = STOP_SIGNAL.name.removeprefix("SIG")
     return "\n".join([
         head,
-        f"trap 'kill -s {signal_name} \"$hpcdl_ranks\" 2>/dev/null' {signal_name}"
-        "  # the stop signal, sent to this shell alone, goes on to the ranks",
+        "hpcdl_ranks=",
+        f"trap 'if [ -n \"$hpcdl_ranks\" ]; then kill -s {name} \"$hpcdl_ranks\" 2>/dev/null; "
+        f"else hpcdl_early=1; fi' {name}  # the stop signal, sent to this shell alone, goes on to the ranks",
         f"{start} &",
         "hpcdl_ranks=$!",
-        'while true; do  # wait returns early each time the trap runs',
-        '    wait "$hpcdl_ranks"; hpcdl_status=$?',
-        '    kill -0 "$hpcdl_ranks" 2>/dev/null || exit "$hpcdl_status"',
+        f'if [ -n "${{hpcdl_early:-}}" ]; then kill -s {name} "$hpcdl_ranks"; fi',
+        "while kill -0 \"$hpcdl_ranks\" 2>/dev/null; do  # wait returns early each time the trap runs",
+        '    wait "$hpcdl_ranks"',
         "done",
+        'wait "$hpcdl_ranks"  # its exit status, kept by bash after it was reaped',
         "",
     ])
 

@@ -25,6 +25,8 @@ SUBMITTING = "SUBMITTING"
 SCHEDULER_FINAL = {"TIMEOUT": "TIMEOUT", "OUT_OF_MEMORY": "OUT_OF_MEMORY", "NODE_FAIL": "NODE_FAIL",
                    "CANCELLED": "CANCELLED", "DEADLINE": "TIMEOUT", "PREEMPTED": "CANCELLED",
                    "BOOT_FAIL": "NODE_FAIL", "FAILED": "FAILED", "COMPLETED": "FAILED"}
+QUEUED_AGAIN = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
+"""Slurm's states of a job it has queued again after a run (a job that ran says so in its status.json)."""
 
 
 def resolve_states(records: list[JobRecord]) -> None:
@@ -96,7 +98,7 @@ def _resolve(record: JobRecord, scheduler_state: str | None) -> None:
         if scheduler_state == "RUNNING" and own is None and runs_under_runner(record):
             scheduler_state = "PENDING"  # its runner runs, the point waits for a slot
         record.state = scheduler_state
-        if own in ("RUNNING", "REQUEUED") and scheduler_state == "PENDING":
+        if own in ("RUNNING", "REQUEUED") and scheduler_state in QUEUED_AGAIN:
             record.reason = "queued again: it goes on from its newest checkpoint"
         return
     if scheduler_state is not None:

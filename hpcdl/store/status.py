@@ -40,5 +40,6 @@ def forget_ranks_of_last_run(folder: Path) -> None:
 
 
 def withdraw_final(folder: Path) -> None:
-    """Remove the final state this process has just written (a cancel the scheduler refused)."""
+    """Remove the final state recorded (a cancel the scheduler refused, an earlier run's failure that a restart
+    overrides)."""
     (folder / FINAL).unlink(missing_ok=True)
