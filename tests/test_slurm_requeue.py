@@ -78,7 +78,7 @@ def _requeued_by_an_operator(digits_root: Path) -> Job:
 def _on_a_node_that_lost_its_slurmd(digits_root: Path, seen: dict[str, Any]) -> Job:
     """slurmd of n2 stopped (as systemctl stop does) under a two-node job: after SlurmdTimeout (30 s here) Slurm
     calls it NODE_FAIL and requeues the job; the rank left running on n2 loses its peer and fails."""
-    job = _submit(digits_root, "node-lost", "training.max_epochs=40", "cluster.nodes=2",
+    job = _submit(digits_root, "node-lost", "training.max_epochs=60", "cluster.nodes=2",
                   "training.execution_environment=parallel")
     _wait_for("checkpoint", job, lambda: _checkpointed(job))
     pid_file = Path(_slurm_setting("SlurmdPidFile").replace("%n", "n2"))
