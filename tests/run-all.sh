@@ -16,31 +16,12 @@ python3 -m pip install -q -e '.[test,mpi]'       # mpi4py finds Debian's Open MP
 export HPCDL_REQUIRE_SLURM=1                      # tests against the cluster fail, never skip, here
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # CI runs as root
 
-run_pytest() {  # pytest's exit 5 (no test collected) is a failure here too
-  local status=0
-  python3 -m pytest -q -ra "$@" || status=$?
-  if [ "$status" -eq 5 ]; then
-    echo "pytest collected no tests ($*): that is a failure here" >&2
-    status=1
-  fi
-  return "$status"
-}
-
-if [ "$#" -gt 0 ]; then  # the tests named
-  run_pytest "$@"
-  exit
+set +e
+python3 -m pytest -q -ra --durations=25 "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+  echo "pytest collected no tests: that is a failure here" >&2
+  status=1
 fi
-# Every test, in two stages. Slurm holds each requeued job ~120 s: the requeue tests wait on the cluster
-# while the tests that need no cluster run beside them; then the other Slurm tests. The requeue tests
-# preempt every job of the debug partition, so nothing else may use the cluster meanwhile.
-requeue_log=$(mktemp)
-run_pytest -p no:cacheprovider tests/test_slurm_requeue.py >"$requeue_log" 2>&1 &
-requeue=$!
-status=0
-run_pytest --durations=15 -m "not slurm" || status=1
-wait "$requeue" || status=1
-echo "--- tests/test_slurm_requeue.py, run beside them:"
-cat "$requeue_log"
-rm -f "$requeue_log"
-run_pytest --durations=15 -m slurm --ignore=tests/test_slurm_requeue.py || status=1
 exit "$status"
