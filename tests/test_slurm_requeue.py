@@ -20,7 +20,7 @@ import pytest
 from hpcdl.store.job import Job
 from tests.test_slurm import _cli, _iterations, _sacct_state, slurm_cluster  # noqa: F401 - the fixture
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]  # the fixture waits out Slurm's holds: ~6 minutes
 
 
 def _submit(digits_root: Path, name: str, *overrides: str) -> Job:
