@@ -23,8 +23,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from hpcdl.cluster.restarts import (how_run_ended, is_earlier_runs_failure, record_failure, requeued_since_start,
-                                   this_job, this_run, withdraw_earlier_failure)
+from hpcdl.cluster.restarts import (how_run_ended, is_earlier_runs_failure, record_failure, record_final,
+                                   requeued_since_start, this_job, this_run, withdraw_earlier_failure)
 from hpcdl.distributed import heartbeat
 from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank
 from hpcdl.errors import FolderGoneError
@@ -115,8 +115,7 @@ def _after_stop(folder: Path, plan: JobPlan, stop: StopRequested, job_id: str) -
     state = "TIMEOUT" if plan.cluster.backend == "local" else "STOPPED"
     write_status(folder, status.get("state", "RUNNING"), events=[*status.get("events", []),
                                                                  {**event, "event": "stopped"}])
-    withdraw_earlier_failure(folder)  # written late by a rank of the last run that Slurm ended
-    write_final(folder, state, iteration=stop.iteration,
+    record_final(folder, state, iteration=stop.iteration,
                 reason=f"{stop}; go on with python -m hpcdl.jobs resume {job_id}")
 
 
@@ -219,8 +218,7 @@ def run_job(folder: str) -> None:
         raise
     heartbeat.finish()
     if _all_ranks_done(path, plan):
-        withdraw_earlier_failure(path)  # written late by a rank of the last run that Slurm ended
-        write_final(path, "COMPLETED")
+        record_final(path, "COMPLETED")
 
 
 def _all_ranks_done(folder: Path, plan: JobPlan) -> bool:

@@ -181,14 +181,26 @@ def test_sbatch_refusal_removes_the_job_folder(store: Path) -> None:
 MPIRUN_LOOPBACK = "cluster.mpirun=[mpirun,--mca,btl,self\\,tcp,--mca,btl_tcp_if_include,lo,--mca,oob_tcp_if_include,lo]"
 
 
+def _launched_with(comm: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The overrides that start a job's ranks for ``comm`` here: torch (srun), or mpi (mpirun on loopback, root)."""
+    if comm != "mpi":
+        return []
+    pytest.importorskip("mpi4py")
+    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return [MPIRUN_LOOPBACK]
+
+
+def slurm_setting(name: str) -> str:
+    """A value of the running cluster's configuration (scontrol show config)."""
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, check=True).stdout
+    return next(line.split("=", 1)[1].strip() for line in config.splitlines() if line.split("=")[0].strip() == name)
+
+
 @pytest.mark.parametrize("comm", ["torch", "mpi"])
 def test_two_node_job_trains_across_both_nodes(store: Path, digits_root: Path, comm: str,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    if comm == "mpi":
-        pytest.importorskip("mpi4py")
-    extra = [MPIRUN_LOOPBACK] if comm == "mpi" else []
+    extra = _launched_with(comm, monkeypatch)
     done = _cli("hpcdl.submit", "cluster=slurm", "cluster.nodes=2", "cluster.tasks_per_node=1",
                 "training.execution_environment=parallel", f"training.comm={comm}", f"data.root={digits_root}",
                 "training.max_epochs=2", "cluster.time=00:10:00", f"name=two-nodes-{comm}", *extra)
@@ -313,11 +325,7 @@ def test_the_signal_sent_to_the_batch_shell_alone_stops_every_rank_with_a_checkp
     """scancel --signal=USR2 --batch reaches the batch shell only: it hands the signal on to srun or mpirun."""
     from hpcdl.store.job import Job
 
-    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    if comm == "mpi":
-        pytest.importorskip("mpi4py")
-    extra = [MPIRUN_LOOPBACK] if comm == "mpi" else []
+    extra = _launched_with(comm, monkeypatch)
     done = _cli("hpcdl.submit", "cluster=slurm", "cluster.nodes=2", "training.execution_environment=parallel",
                 f"training.comm={comm}", f"data.root={digits_root}", "training.max_epochs=100",
                 "training.mini_batch_size=32", "cluster.max_requeues=0", "cluster.time=00:10:00",

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import pytest
 
 from hpcdl.store.job import Job
-from tests.test_slurm import _cli, _iterations, _sacct_state, slurm_cluster  # noqa: F401 - the fixture
+from tests.test_slurm import _cli, _iterations, _sacct_state, slurm_cluster, slurm_setting  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]  # the fixture waits out Slurm's holds: ~6 minutes
 
@@ -43,11 +43,6 @@ def _checkpointed(job: Job) -> bool:
 def _trains(job: Job) -> bool:
     metrics = job.folder / "metrics.jsonl"
     return metrics.is_file() and bool(metrics.read_text().strip())
-
-
-def _slurm_setting(name: str) -> str:
-    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, check=True).stdout
-    return next(line.split("=", 1)[1].strip() for line in config.splitlines() if line.split("=")[0].strip() == name)
 
 
 def _node_state(node: str) -> str:
@@ -81,7 +76,7 @@ def _on_a_node_that_lost_its_slurmd(digits_root: Path, seen: dict[str, Any]) -> 
     job = _submit(digits_root, "node-lost", "training.max_epochs=60", "cluster.nodes=2",
                   "training.execution_environment=parallel")
     _wait_for("checkpoint", job, lambda: _checkpointed(job))
-    pid_file = Path(_slurm_setting("SlurmdPidFile").replace("%n", "n2"))
+    pid_file = Path(slurm_setting("SlurmdPidFile").replace("%n", "n2"))
     os.kill(int(pid_file.read_text()), signal.SIGTERM)
     try:
         _wait_for("NODE_FAIL", job, lambda: _sacct_state_of_first_run(job) == "NODE_FAIL", timeout_s=150)
@@ -89,7 +84,7 @@ def _on_a_node_that_lost_its_slurmd(digits_root: Path, seen: dict[str, Any]) -> 
         _wait_for("listing as queued again", job, lambda: job.refresh().state not in ("RUNNING", "COMPLETING"))
         seen["state"], seen["reason"] = job.state, job.refresh().reason
     finally:  # n2 comes back (ReturnToService=2) for the other tests
-        subprocess.run(["slurmd", "-f", _slurm_setting("SLURM_CONF"), "-N", "n2"], check=True)
+        subprocess.run(["slurmd", "-f", slurm_setting("SLURM_CONF"), "-N", "n2"], check=True)
         _wait_for("n2 back", job, lambda: _node_state("n2") in ("idle", "mix", "alloc"))
     return job
 

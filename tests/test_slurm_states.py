@@ -12,7 +12,8 @@ import pytest
 
 import hpcdl
 from hpcdl.cluster.slurm import SlurmBackend
-from tests.test_slurm import _cli, _queue, _sacct_state, slurm_cluster, wait_running  # noqa: F401 - the fixture
+from tests.test_slurm import (_cli, _queue, _sacct_state, slurm_cluster,  # noqa: F401 - the fixture
+                              slurm_setting, wait_running)
 from tests.test_states import _row, held_submission
 
 pytestmark = pytest.mark.slurm
@@ -54,9 +55,7 @@ def wait_for_file(path: str, value: str) -> str:
 
 def test_a_job_running_through_a_slurmctld_restart_finishes_and_lists_right(store: Path, tmp_path: Path) -> None:
     """While slurmctld is down a listing shows the recorded state and settles nothing; the job finishes."""
-    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, check=True).stdout
-    pid_file = Path(next(line.split("=", 1)[1].strip() for line in config.splitlines()
-                         if line.startswith("SlurmctldPidFile")))
+    pid_file = Path(slurm_setting("SlurmctldPidFile"))
     repo = Path(__file__).resolve().parents[1]
     go_on = tmp_path / "go-on"
     job = hpcdl.batch(wait_for_file, str(go_on), "through", cluster="slurm", time="00:10:00")

@@ -95,6 +95,13 @@ def is_earlier_runs_failure(final: dict[str, Any]) -> bool:
             and final["restarts"] < this_run())
 
 
+def record_final(folder: Path, state: str, **fields: Any) -> bool:
+    """Record this run's final state ``state`` (the first holds), over an earlier run's failure that a rank of a
+    run Slurm ended wrote late; True when ``state`` holds."""
+    withdraw_earlier_failure(folder)
+    return write_final(folder, state, **fields)
+
+
 def withdraw_earlier_failure(folder: Path) -> Optional[dict[str, Any]]:
     """Remove an earlier run's FAILED state (see is_earlier_runs_failure) and return it; None when there is none."""
     final = read_json(folder / FINAL)
