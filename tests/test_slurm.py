@@ -293,10 +293,11 @@ def test_a_time_limit_stops_the_job_with_a_checkpoint_and_resume_passes_a_trunca
     """Slurm's own time-limit signal (#SBATCH --signal=USR2@75 of a 2-minute limit) comes 15-45 s in (slurmctld
     looks every 30 s and may send it up to that much early): the job stops with a checkpoint before the limit,
     STOPPED with no requeue left, and Slurm calls it COMPLETED, not TIMEOUT. Its newest checkpoint cut short,
-    jobs resume goes on from the one before, naming the damaged one."""
+    jobs resume goes on from the one before, naming the damaged one. The training (150 epochs, about 90 s on a
+    2-core machine) outlasts the latest signal: 60 epochs (35 s) once finished before a signal that came late."""
     from hpcdl.store.job import Job
 
-    done = _cli("hpcdl.submit", "cluster=slurm", f"data.root={digits_root}", "training.max_epochs=60",
+    done = _cli("hpcdl.submit", "cluster=slurm", f"data.root={digits_root}", "training.max_epochs=150",
                 "training.mini_batch_size=32", "cluster.time=00:02:00", "cluster.signal_delay_s=75",
                 "cluster.max_requeues=0", "training.verbose=false", "name=time-limit")
     job = Job.attach(done.stdout.split()[2])
