@@ -155,3 +155,23 @@ def test_packing_more_points_than_slots_says_they_run_in_rounds(capsys: pytest.C
     _note_rounds(profile, 5)
     assert "each task runs its points in 3 rounds within one time limit (cluster.time=01:00:00)" in \
         capsys.readouterr().err
+
+
+def test_a_restarted_array_task_runs_again_the_points_its_earlier_run_failed_but_no_ended_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After Slurm queues a packed array task again (restart 1), a point whose process failed in run 0 goes on
+    (its worker withdraws that failure); a point that completed, was cancelled or failed in another job does not."""
+    from hpcdl.store.status import write_final
+    from hpcdl.sweep.runner import _to_run
+
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    finals = {"earlier-run-failed": ("FAILED", {"slurm_job": "4242", "restarts": 0}),
+              "completed": ("COMPLETED", {}), "cancelled": ("CANCELLED", {}),
+              "failed-in-another-job": ("FAILED", {"slurm_job": "4241", "restarts": 0}),
+              "failed-in-this-run": ("FAILED", {"slurm_job": "4242", "restarts": 1})}
+    for name, (state, fields) in finals.items():
+        (tmp_path / name).mkdir()
+        write_final(tmp_path / name, state, reason="r", **fields)
+    (tmp_path / "waiting").mkdir()
+    assert {name for name in [*finals, "waiting"] if _to_run(tmp_path / name)} == {"earlier-run-failed", "waiting"}

@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from hpcdl.cluster.restarts import is_earlier_runs_failure, record_failure
 from hpcdl.distributed.env import free_port
 from hpcdl.errors import HpcdlError
 from hpcdl.store.files import FINAL, LOGS, MANIFEST, STATUS
 from hpcdl.store.folders import read_json
-from hpcdl.store.status import write_final
 
 POLL_S = 0.2
 KILL_AFTER_S = 10.0
@@ -107,7 +107,8 @@ class Runner:
                 _end_group(process)
 
     def _reap(self) -> None:
-        """Free the GPUs of points that ended; one that ended without recording how is FAILED."""
+        """Free the GPUs of points that ended; one that ended without recording how is FAILED (unless Slurm has
+        queued the task again meanwhile: its next run goes on)."""
         for process in [p for p in self.running if p.poll() is not None]:
             folder, gpus = self.running.pop(process)
             self.free_gpus += gpus
@@ -117,7 +118,7 @@ class Runner:
                 how = f"killed by signal {-process.returncode}" if process.returncode < 0 \
                     else f"exited with code {process.returncode}"
                 with contextlib.suppress(OSError, HpcdlError):
-                    write_final(folder, "FAILED", reason=f"its process {how} without recording a result")
+                    record_failure(folder, f"its process {how} without recording a result")
 
     def run(self) -> int:
         """Run every point; 0 when each ended (how each went is in its own record). Points still running
@@ -127,7 +128,7 @@ class Runner:
                 self._end_cancelled()
                 self._reap()
                 while self.pending and len(self.running) < self.slots and not self.stopping:
-                    if _final_state(self.pending[0]) is not None:  # cancelled before it started: never starts
+                    if not _to_run(self.pending[0]):  # cancelled before it started, or ended in an earlier run
                         self.pending.pop(0)
                     elif self._try_start(self.pending[0]):
                         self.pending.pop(0)
@@ -150,12 +151,24 @@ def _end_group(process: subprocess.Popen) -> None:
     _signal_group(process, signal.SIGKILL)
 
 
-def _final_state(folder: Path) -> Optional[str]:
+def _final(folder: Path) -> Optional[dict[str, Any]]:
     try:
         final = read_json(folder / FINAL)
     except (OSError, ValueError, HpcdlError):  # unreadable (or no longer safe to read): not final here
         return None
-    return final.get("state") if isinstance(final, dict) else None
+    return final if isinstance(final, dict) else None
+
+
+def _final_state(folder: Path) -> Optional[str]:
+    final = _final(folder)
+    return final.get("state") if final is not None else None
+
+
+def _to_run(folder: Path) -> bool:
+    """Whether a waiting point is to run: it has no final state, or only an earlier run's failure (a restarted
+    array task's point whose process a run Slurm ended had failed), which its worker withdraws."""
+    final = _final(folder)
+    return final is None or is_earlier_runs_failure(final)
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
