@@ -54,7 +54,8 @@ def decoders(raw: list[bytes]) -> dict[str, tuple[list[Decode], int, int]]:
 
         def decode(chosen: list[int], stream: torch.cuda.Stream) -> None:
             images = decoder.decode([nvimgcodec.CodeStream(raw[i]) for i in chosen], cuda_stream=stream.cuda_stream)
-            [torch.from_dlpack(image) for image in images]
+            for image in images:
+                torch.from_dlpack(image)
         return decode
 
     hardware = [nvimgcodec.Backend(nvimgcodec.BackendKind.HW_GPU_ONLY)]
@@ -73,6 +74,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", default="results/gpu_decode_ceiling_h200.json")
     args = parser.parse_args()
+    if args.images % 1024:
+        parser.error("--images must be a multiple of 1024 (the largest call, and two decoders' shares of it)")
     root = Path(tempfile.mkdtemp(prefix="hpcdl-jpeg-ceiling-"))
     mean_kb = write_images(root, args.images) / 1000
     raw = [path.read_bytes() for path in sorted(root.rglob("*.jpg"))]
@@ -119,7 +122,10 @@ def main() -> None:
 
     def measure(decode: list[Decode], per_call: int, priority: int, main_work: Callable[[float], float]
                 ) -> tuple[float, float]:
-        counts, stop, started = [0] * len(decode), threading.Event(), threading.Barrier(len(decode) + 1)
+        """(images/s decoded while ``main_work`` ran, its own rate); a call that straddles the end of that
+        time counts for the share of it that falls within."""
+        calls_done: list[list[tuple[float, float, int]]] = [[] for _ in decode]
+        stop, started = threading.Event(), threading.Barrier(len(decode) + 1)
 
         def work(k: int) -> None:
             stream = torch.cuda.Stream(priority=priority)
@@ -128,9 +134,12 @@ def main() -> None:
                 started.wait()
                 while not stop.is_set():
                     for chosen in calls:
+                        if stop.is_set():
+                            break
+                        begun = time.perf_counter()
                         decode[k](chosen, stream)
                         stream.synchronize()
-                        counts[k] += len(chosen)
+                        calls_done[k].append((begun, time.perf_counter(), len(chosen)))
 
         threads = [threading.Thread(target=work, args=(k,)) for k in range(len(decode))]
         for thread in threads:
@@ -138,11 +147,13 @@ def main() -> None:
         started.wait()
         start = time.perf_counter()
         main_rate = main_work(args.seconds)
-        seconds = time.perf_counter() - start
+        end = time.perf_counter()
         stop.set()
         for thread in threads:
             thread.join()
-        return sum(counts) / seconds, main_rate
+        images = sum(n * max(0.0, min(1.0, (end - begun) / (ended - begun)))
+                     for done in calls_done for begun, ended, n in done)
+        return images / (end - start), main_rate
 
     found = decoders(raw)
     for decode, per_call, _ in found.values():  # warm-up: decoder set-up and first calls

@@ -338,12 +338,17 @@ def test_the_signal_sent_to_the_batch_shell_alone_stops_every_rank_with_a_checkp
         time.sleep(0.5)
     subprocess.run(["scancel", "--signal=USR2", "--batch", job.backend_id], check=True)
     assert job.wait(timeout=120) == "STOPPED", job.error()
-    reason = job.refresh().reason
-    assert "stopped on SIGUSR2 after iteration" in reason, reason
-    stopped = int(reason.split("after iteration ")[1].split(",")[0])
+    stopped = stopped_after(job)
     assert stopped in _checkpoint_iterations(job.folder)
     assert _iterations(job.folder) == list(range(1, stopped + 1))
     assert _sacct_state(job.backend_id) == "COMPLETED"  # the batch shell lived on and ended as its ranks did
+
+
+def stopped_after(job: hpcdl.store.job.Job) -> int:
+    """The iteration a job stopped by the stop signal stopped after, from its reason."""
+    reason = job.refresh().reason
+    assert "stopped on SIGUSR2 after iteration" in reason, reason
+    return int(reason.split("after iteration ")[1].split(",")[0])
 
 
 def _checkpoint_iterations(folder: Path) -> list[int]:

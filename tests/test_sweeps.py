@@ -3,6 +3,7 @@ the sweep's record, summary and cancel, and bad input refused before anything is
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -157,16 +158,19 @@ def test_packing_more_points_than_slots_says_they_run_in_rounds(capsys: pytest.C
         capsys.readouterr().err
 
 
-def test_a_restarted_array_task_runs_again_the_points_its_earlier_run_failed_but_no_ended_one(
+
+def test_a_restarted_array_task_runs_again_the_points_its_earlier_run_left_without_a_result_only(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """After Slurm queues a packed array task again (restart 1), a point whose process failed in run 0 goes on
-    (its worker withdraws that failure); a point that completed, was cancelled or failed in another job does not."""
+    """After Slurm queues a packed array task again (restart 1), a point whose process ended without a result in
+    run 0 goes on (its worker withdraws that failure); one that completed, was cancelled, failed with an error
+    or failed in another Slurm job does not."""
     from hpcdl.store.status import write_final
     from hpcdl.sweep.runner import _to_run
 
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
-    finals = {"earlier-run-failed": ("FAILED", {"slurm_job": "4242", "restarts": 0}),
+    finals = {"left-without-a-result": ("FAILED", {"slurm_job": "4242", "restarts": 0}),
+              "failed-with-an-error": ("FAILED", {"slurm_job": "4242", "restarts": 0, "traceback": "Traceback ..."}),
               "completed": ("COMPLETED", {}), "cancelled": ("CANCELLED", {}),
               "failed-in-another-job": ("FAILED", {"slurm_job": "4241", "restarts": 0}),
               "failed-in-this-run": ("FAILED", {"slurm_job": "4242", "restarts": 1})}
@@ -174,4 +178,26 @@ def test_a_restarted_array_task_runs_again_the_points_its_earlier_run_failed_but
         (tmp_path / name).mkdir()
         write_final(tmp_path / name, state, reason="r", **fields)
     (tmp_path / "waiting").mkdir()
-    assert {name for name in [*finals, "waiting"] if _to_run(tmp_path / name)} == {"earlier-run-failed", "waiting"}
+    assert {name for name in [*finals, "waiting"] if _to_run(tmp_path / name)} == {"left-without-a-result", "waiting"}
+
+
+@pytest.mark.parametrize("requeued", [False, True])
+def test_a_point_process_that_dies_is_failed_unless_slurm_has_queued_the_task_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, requeued: bool) -> None:
+    import hpcdl.cluster.restarts
+    from hpcdl.sweep.runner import Runner
+
+    monkeypatch.setattr(hpcdl.cluster.restarts, "requeued_since_start", lambda: requeued)
+    point = tmp_path / "point"
+    point.mkdir()
+    runner = Runner([], slots=1, threads=1, gpus=[], packed=True)
+    process = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    process.wait()
+    runner.running[process] = (point, [])
+    runner._reap()
+    assert not runner.running
+    if requeued:  # its next run goes on: nothing recorded
+        assert not (point / "final.json").exists()
+    else:
+        final = json.loads((point / "final.json").read_text())
+        assert (final["state"], final["reason"]) == ("FAILED", "its process killed by signal 9 without recording a result")

@@ -35,6 +35,7 @@ print(f"script rank {rank} of {world} local {os.environ['LOCAL_RANK']}: sum {tot
 with open(os.path.join(hpcdl.results_dir(), f"rank{rank}.txt"), "w") as f:
     f.write(f"{total.item():g}")
 hpcdl.save_result({"world": world, "final_loss": loss.item()})
+dist.barrier()  # no rank tears the group down while another still uses it
 dist.destroy_process_group()
 '''
 

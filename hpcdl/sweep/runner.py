@@ -165,10 +165,11 @@ def _final_state(folder: Path) -> Optional[str]:
 
 
 def _to_run(folder: Path) -> bool:
-    """Whether a waiting point is to run: it has no final state, or only an earlier run's failure (a restarted
-    array task's point whose process a run Slurm ended had failed), which its worker withdraws."""
+    """Whether a waiting point is to run: it has no final state, or only an earlier run's failure with no error
+    of its own (its process ended without a result, as a run Slurm ends leaves it), which its worker withdraws.
+    A point that failed with an error stays FAILED."""
     final = _final(folder)
-    return final is None or is_earlier_runs_failure(final)
+    return final is None or (is_earlier_runs_failure(final) and not final.get("traceback"))
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
