@@ -201,3 +201,17 @@ def test_a_point_process_that_dies_is_failed_unless_slurm_has_queued_the_task_ag
     else:
         final = json.loads((point / "final.json").read_text())
         assert (final["state"], final["reason"]) == ("FAILED", "its process killed by signal 9 without recording a result")
+
+
+def test_a_point_that_dies_over_a_damaged_final_state_leaves_it_and_the_runner_goes_on(tmp_path: Path) -> None:
+    from hpcdl.sweep.runner import Runner
+
+    point = tmp_path / "point"
+    point.mkdir()
+    (point / "final.json").write_text("{damaged")
+    runner = Runner([], slots=1, threads=1, gpus=[], packed=False)
+    process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    process.wait()
+    runner.running[process] = (point, [])
+    runner._reap()  # raised JSONDecodeError, which ended every point of the runner
+    assert not runner.running and (point / "final.json").read_text() == "{damaged"
