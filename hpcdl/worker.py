@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from hpcdl.cluster.restarts import (how_run_ended, is_earlier_runs_failure, record_failure, record_final,
-                                   requeued_since_start, this_job, this_run, withdraw_earlier_failure)
+                                   recorded_final, requeued_since_start, this_job, this_run,
+                                   withdraw_earlier_failure)
 from hpcdl.distributed import heartbeat
 from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank
 from hpcdl.errors import FolderGoneError
@@ -32,7 +33,7 @@ from hpcdl.host import end_own_job
 from hpcdl.plan import JobPlan
 from hpcdl.snapshot import run_from_snapshot
 from hpcdl.store.atomic import atomic_save, make_folder, remove_stale_temporaries
-from hpcdl.store.files import (CHECKPOINTS, FINAL, FUNCTION, FUNCTION_RESULT, LOGS, MANIFEST, METRICS,
+from hpcdl.store.files import (CHECKPOINTS, FUNCTION, FUNCTION_RESULT, LOGS, MANIFEST, METRICS,
                                RANK_RESULTS, RANKS_DONE, STATUS, checkpoint_files)
 from hpcdl.store.folders import read_json
 from hpcdl.store.safety import check_store, load_pickle
@@ -171,7 +172,7 @@ def run_job(folder: str) -> None:
     manifest = read_json(path / MANIFEST)
     if manifest is None:
         raise FileNotFoundError(f"{path / MANIFEST}: no manifest; not a job folder")
-    final = read_json(path / FINAL)  # read once: the lead may withdraw an earlier run's failure meanwhile
+    final = recorded_final(path)  # read once: the lead may withdraw an earlier run's failure meanwhile
     if final is not None and not is_earlier_runs_failure(final):  # cancelled while it was being submitted
         return
     plan = JobPlan.from_dict(manifest["plan"])  # checked at submission: nothing is validated again here
@@ -194,7 +195,7 @@ def run_job(folder: str) -> None:
         restarts = this_run()
         earlier_failure = withdraw_earlier_failure(path)  # a rank that outlived the last run; this one goes on
         write_status(path, "RUNNING", started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
-                     slurm_job_id=os.environ.get("SLURM_JOB_ID"), restarts=restarts,
+                     slurm_job_id=this_job(), restarts=restarts,
                      events=_events_with_restart(path, restarts, earlier_failure))
     if plan.kind == "script":
         from hpcdl.usercode import listen_for_script_stop

@@ -361,6 +361,9 @@ def test_only_an_earlier_runs_failure_of_the_same_slurm_job_is_withdrawn_by_a_re
     write_final(tmp_path, "CANCELLED", reason="cancelled with hpcdl")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
     assert withdraw_earlier_failure(tmp_path) is None  # a cancel is never undone
+    (tmp_path / "final.json").write_text("{damaged")  # a final state all the same: kept, never replaced
+    assert not record_failure(tmp_path, "rank 0: fails") and withdraw_earlier_failure(tmp_path) is None
+    assert (tmp_path / "final.json").read_text() == "{damaged"
 
 
 @pytest.mark.parametrize(("own", "slurm", "listed", "reason"), [

@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from hpcdl.store.files import FINAL
 from hpcdl.store.folders import read_json
+from hpcdl.store.safety import UnsafeFolderError
 from hpcdl.store.status import withdraw_final, write_final
 
 QUERY_TIMEOUT_S = 30
@@ -74,10 +75,19 @@ def this_job() -> Optional[str]:
     return os.environ.get("SLURM_JOB_ID")
 
 
+def recorded_final(folder: Path) -> Optional[dict[str, Any]]:
+    """The job's final.json; None when there is none. One that cannot be read (damaged, or not this user's
+    alone) is a final state all the same, and no earlier run's failure: ``{}``."""
+    try:
+        return read_json(folder / FINAL)
+    except (ValueError, UnsafeFolderError):
+        return {}
+
+
 def record_failure(folder: Path, reason: str, **fields: Any) -> bool:
     """Record the job FAILED for ``reason`` (the first final state holds) unless Slurm has queued it again since
     this run started: then only say so on stderr. True when FAILED was recorded by this call."""
-    final = read_json(folder / FINAL)
+    final = recorded_final(folder)
     if final is not None and not is_earlier_runs_failure(final):
         return False  # recorded already: the first holds, and Slurm need not be asked
     if requeued_since_start():
@@ -104,7 +114,7 @@ def record_final(folder: Path, state: str, **fields: Any) -> bool:
 
 def withdraw_earlier_failure(folder: Path) -> Optional[dict[str, Any]]:
     """Remove an earlier run's FAILED state (see is_earlier_runs_failure) and return it; None when there is none."""
-    final = read_json(folder / FINAL)
+    final = recorded_final(folder)
     if final is None or not is_earlier_runs_failure(final):
         return None
     withdraw_final(folder)

@@ -117,7 +117,7 @@ class Runner:
             if _final_state(folder) is None and (read_json(folder / STATUS) or {}).get("state") != "REQUEUED":
                 how = f"killed by signal {-process.returncode}" if process.returncode < 0 \
                     else f"exited with code {process.returncode}"
-                with contextlib.suppress(OSError, ValueError, HpcdlError):  # a damaged final.json: left as it is
+                with contextlib.suppress(OSError, HpcdlError):
                     record_failure(folder, f"its process {how} without recording a result")
 
     def run(self) -> int:
