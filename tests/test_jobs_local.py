@@ -146,11 +146,10 @@ def test_a_rank_done_in_a_run_slurm_ended_does_not_complete_the_next_run(tmp_pat
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
+    from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES
     from hpcdl.worker import _all_ranks_done
 
     plan = SimpleNamespace(world_size=2)
-    from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES
-
     for name in LAUNCHER_RANK_VARIABLES:
         monkeypatch.delenv(name, raising=False)
 

@@ -302,7 +302,7 @@ def test_a_time_limit_stops_the_job_with_a_checkpoint_and_resume_passes_a_trunca
                 "cluster.max_requeues=0", "training.verbose=false", "name=time-limit")
     job = Job.attach(done.stdout.split()[2])
     assert job.wait(timeout=150) == "STOPPED", job.error()
-    assert "stopped on SIGUSR2 after iteration" in job.refresh().reason
+    stopped_after(job)
     assert _sacct_state(job.backend_id) == "COMPLETED"
     elapsed = subprocess.run(["sacct", "-n", "-P", "-X", "-o", "ElapsedRaw", "-j", job.backend_id],
                              capture_output=True, text=True, check=True).stdout.split()[0]

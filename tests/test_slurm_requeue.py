@@ -38,10 +38,6 @@ def _wait_for(what: str, job: Job, ready: Any, timeout_s: float = 120) -> None:
         time.sleep(0.2)
 
 
-def _checkpointed(job: Job) -> bool:
-    return any((job.folder / "checkpoints").glob("checkpoint-*.pt"))
-
-
 def _trains(job: Job) -> bool:
     metrics = job.folder / "metrics.jsonl"
     return metrics.is_file() and bool(metrics.read_text().strip())
@@ -67,7 +63,7 @@ def _preempted(digits_root: Path) -> tuple[Job, str]:
 def _requeued_by_an_operator(digits_root: Path) -> Job:
     """scontrol requeue of a running job: Slurm ends it (TERM, then KILL after KillWait) without a checkpoint."""
     job = _submit(digits_root, "operator-requeued", "training.max_epochs=25")
-    _wait_for("checkpoint", job, lambda: _checkpointed(job))
+    _wait_for("checkpoint", job, lambda: _checkpoint_iterations(job.folder))
     subprocess.run(["scontrol", "requeue", job.backend_id], check=True)
     return job
 
@@ -79,7 +75,7 @@ def _on_a_node_that_lost_its_slurmd(digits_root: Path, seen: dict[str, Any]) -> 
     rather than trained to the end."""
     job = _submit(digits_root, "node-lost", "training.max_epochs=200", "cluster.nodes=2", "cluster.max_requeues=1",
                   "training.execution_environment=parallel")
-    _wait_for("checkpoint", job, lambda: _checkpointed(job))
+    _wait_for("checkpoint", job, lambda: _checkpoint_iterations(job.folder))
     pid_file = Path(slurm_setting("SlurmdPidFile").replace("%n", "n2"))
     os.kill(int(pid_file.read_text()), signal.SIGTERM)
     try:
