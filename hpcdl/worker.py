@@ -33,6 +33,7 @@ from hpcdl.host import end_own_job
 from hpcdl.plan import JobPlan
 from hpcdl.snapshot import run_from_snapshot
 from hpcdl.store.atomic import atomic_save, make_folder, remove_stale_temporaries
+from hpcdl.store.caches import compile_cache
 from hpcdl.store.files import (CHECKPOINTS, FUNCTION, FUNCTION_RESULT, LOGS, MANIFEST, METRICS,
                                RANK_RESULTS, RANKS_DONE, STATUS, checkpoint_files)
 from hpcdl.store.folders import read_json
@@ -180,6 +181,9 @@ def run_job(folder: str) -> None:
     os.environ["HPCDL_JOB_FOLDER"] = str(path)
     os.environ.setdefault("HPCDL_COLLECTIVE_TIMEOUT_S", str(plan.cluster.collective_timeout_s))
     os.environ["HPCDL_SIGNAL_DELAY_S"] = str(plan.cluster.signal_delay_s)
+    cache = compile_cache(path.parent)
+    if cache is not None:  # torch.compile's kernels, reused by this user's other tasks and the job's resumes
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache))
     first_process = plan.cluster.backend == "local" and not launched_as_rank
     if first_process:  # tells this run's heartbeats and stop flags from an earlier run's (Slurm: job id, restart)
         os.environ[heartbeat.RUN_TOKEN] = uuid.uuid4().hex

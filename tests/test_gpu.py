@@ -77,3 +77,53 @@ def test_multi_gpu_job_with_the_chosen_gpu_trains_on_it(tmp_path) -> None:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert f"cuda:{last}" in done.stdout
+
+
+def test_fast_on_a_gpu_chooses_half_precision_channels_last_tf32_and_fused_and_restores_the_backend() -> None:
+    torch.manual_seed(0)
+    model = build_model("small_cnn", in_channels=3, num_classes=4)
+    benchmark_before = torch.backends.cudnn.benchmark
+    _, info = train_network(_images(), model, TrainingOptions(solver="adam", max_epochs=5, mini_batch_size=16,
+                                                              verbose=False))
+    speed = info.speed
+    assert speed["precision"] == ("bf16" if torch.cuda.is_bf16_supported() else "fp16")
+    assert speed["channels_last"] and speed["tf32"] and speed["cudnn_benchmark"] and speed["fused_optimizer"]
+    assert not speed["dispatch_in_background"]  # tensors in memory
+    assert speed["compile"] is False and "iterations left" in speed["compile_reason"]  # 160 iterations: no pay
+    assert torch.backends.cudnn.benchmark == benchmark_before
+
+
+def test_a_long_run_compiles_once_its_step_is_timed_and_keeps_the_compile_time(tmp_path, monkeypatch) -> None:
+    import json
+
+    from hpcdl.train.speed import COMPILE_TIMES, TIMED_TO, _network_key
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    model = build_model("small_cnn", in_channels=3, num_classes=4)
+    (tmp_path / COMPILE_TIMES).write_text(json.dumps({_network_key(model): 0.001}))  # as if it were nearly free
+    _, info = train_network(_images(), model, TrainingOptions(solver="adam", max_epochs=10, mini_batch_size=16,
+                                                              verbose=False))
+    assert info.speed["compile"] is True and info.speed["compiled_at_iteration"] == TIMED_TO
+    measured = json.loads((tmp_path / COMPILE_TIMES).read_text())[_network_key(model)]
+    assert measured == info.speed["compile_s"] and measured > 0.001
+    assert info.history[-1]["loss"] < 0.5 * info.history[0]["loss"]
+
+
+@pytest.mark.parametrize("network", ["small_cnn", "resnet18"])
+def test_fast_reaches_the_accuracy_of_exact_on_the_digits(network: str, tmp_path) -> None:
+    from hpcdl import ImageDatastore
+    from hpcdl.data.digits import digits_folder
+
+    accuracy = {}
+    for speed in ("exact", "fast"):
+        store = ImageDatastore(digits_folder(tmp_path / "digits"))
+        train_set, validation_set = store.split(0.2, seed=0)
+        torch.manual_seed(0)
+        model = build_model(network, in_channels=1, num_classes=10, width=16)
+        _, info = train_network(train_set, model, TrainingOptions(solver="adam", max_epochs=8, mini_batch_size=64,
+                                                                  speed=speed, verbose=False),
+                                validation_data=validation_set)
+        accuracy[speed] = info.final_validation["accuracy"]
+    print(f"{network}: validation accuracy exact {accuracy['exact']:.4f}, fast {accuracy['fast']:.4f}")
+    assert abs(accuracy["fast"] - accuracy["exact"]) <= 0.005 + 1e-9

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import field
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from hpcdl.config.fields import check_types, options, require, require_choice
 from hpcdl.config.targets import check_arguments, locate
@@ -25,8 +25,9 @@ class ModelConfig:
     num_classes and image_size come from the data when it takes them by name."""
     name: str = "small_cnn"
     """A network of hpcdl.models.MODELS: small_cnn, mlp, resnet18, resnet50."""
-    width: int = 16
-    """Channels of the first convolution (hidden units for mlp), >= 1."""
+    width: Optional[int] = None
+    """Channels of the first convolution (hidden units for mlp), >= 1; null: the network's standard width
+    (resnet18/resnet50 64 as in the paper, small_cnn and mlp 16)."""
     dropout: float = 0.0
     """Dropout probability before the classifier, in [0, 1)."""
     args: Dict[str, Any] = field(default_factory=dict)
@@ -44,5 +45,5 @@ class ModelConfig:
             return
         require(self, "args", not self.args, "empty for the built-in networks (they take name, width, dropout)")
         require_choice(self, "name", MODELS)
-        require(self, "width", self.width >= 1, "a positive integer")
+        require(self, "width", self.width is None or self.width >= 1, "a positive integer or null")
         require(self, "dropout", 0 <= self.dropout < 1, "in [0, 1)")

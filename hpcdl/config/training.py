@@ -24,6 +24,7 @@ BATCH_SCALINGS = ("global", "per_worker")
 LR_SCALINGS = ("none", "linear", "sqrt")
 COMMS = ("torch", "mpi")
 GPU_DECODES = ("auto", "on", "off")
+SPEEDS = ("fast", "exact")
 
 DEFAULT_LEARN_RATE = {"sgdm": 0.01, "adam": 0.001, "rmsprop": 0.001}
 DEFAULT_SQUARED_GRADIENT_DECAY = {"sgdm": 0.0, "adam": 0.999, "rmsprop": 0.9}
@@ -118,8 +119,9 @@ class TrainingOptions:
     """none, linear or sqrt: scale the learning rate by (global batch / lr_reference_batch) (Goyal et al., 2017)."""
     lr_reference_batch: Optional[int] = None
     """The batch the learning rate was tuned for; null: mini_batch_size."""
-    dispatch_in_background: bool = False
-    """Read, decode and augment in worker processes ahead of the loop (MATLAB's DispatchInBackground)."""
+    dispatch_in_background: Optional[bool] = None
+    """Read, decode and augment in worker processes ahead of the loop (MATLAB's DispatchInBackground); null:
+    speed decides (fast: on for data read from files on a GPU)."""
     num_workers: Optional[int] = None
     """Background workers; null: the CPUs Slurm gives the task (SLURM_CPUS_PER_TASK) less one."""
     prefetch_factor: int = 2
@@ -134,12 +136,19 @@ class TrainingOptions:
     """Batches copied, decoded and augmented on a side CUDA stream ahead of the step, >= 0 (0: on the step's stream)."""
     comm: str = "torch"
     """Gradient all-reduce: torch (DDP over NCCL or gloo) or mpi (mpi4py, bucketed and overlapped with backward)."""
-    precision: str = "float32"
-    """float32 (as MATLAB), or bf16 / fp16 mixed precision (autocast)."""
-    channels_last: bool = False
-    """Use the channels-last memory format for 4-D inputs and the model."""
-    compile: bool = False
-    """Compile the model with torch.compile."""
+    speed: str = "fast"
+    """fast: on a GPU, bf16 autocast (fp16 with a loss scaler where the GPU lacks bf16), channels-last for
+    convolutional networks, TF32 for float32 matrix work, cuDNN autotuning, fused optimizers, background
+    dispatch of file data, and torch.compile once the run is long enough for it to pay; on the CPU the same as
+    exact. exact: float32 as MATLAB, none of these, so that a seeded run repeats bit for bit. The options
+    precision, channels_last, compile and dispatch_in_background, when set, override what speed chooses."""
+    precision: Optional[str] = None
+    """float32 (as MATLAB), or bf16 / fp16 mixed precision (autocast); null: speed decides."""
+    channels_last: Optional[bool] = None
+    """Use the channels-last memory format for 4-D inputs and the model; null: speed decides."""
+    compile: Optional[bool] = None
+    """Compile the model with torch.compile; null: speed decides (fast: when the iterations left, timed over the
+    first ones, save more than the compile is expected to cost)."""
     seed: Optional[int] = 0
     """Seed for weights, shuffling and dropout; null leaves the generators unseeded."""
 
@@ -154,7 +163,7 @@ class TrainingOptions:
             ("plots", PLOTS),
             ("checkpoint_frequency_unit", FREQUENCY_UNITS),
             ("execution_environment", EXECUTION_ENVIRONMENTS),
-            ("precision", PRECISIONS),
+            ("speed", SPEEDS),
             ("batch_scaling", BATCH_SCALINGS),
             ("lr_scaling", LR_SCALINGS),
             ("comm", COMMS),
@@ -162,6 +171,8 @@ class TrainingOptions:
         ):
             require_choice(self, name, allowed)
         check_loss(self.loss, self.loss_args)
+        if self.precision is not None:
+            require_choice(self, "precision", PRECISIONS)
         require(self, "num_workers", self.num_workers is None or self.num_workers >= 0, ">= 0 or null")
         require(self, "device_prefetch", self.device_prefetch >= 0, ">= 0")
         require(self, "cpu_decode_share", 0 <= self.cpu_decode_share <= 1, "in [0, 1]")

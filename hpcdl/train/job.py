@@ -148,7 +148,8 @@ def run_training(config: Config, folder: str | Path) -> dict[str, Any]:
         "final_loss": info.history[-1]["loss"] if info.history else None,
         "validation_loss": final.get("loss"), "validation_accuracy": final.get("accuracy"),
         "classes": info.classes, "network": shape, "skipped_files": info.skipped_files,
-        "data_wait_share": round(info.data_wait_share, 4), "checkpoint_s": info.checkpoint_s, "config": config_to_dict(config),
+        "data_wait_share": round(info.data_wait_share, 4), "checkpoint_s": info.checkpoint_s, "speed": info.speed,
+        "config": config_to_dict(config),
     }
     atomic_write_text(folder / RESULT, json.dumps(summary, indent=2))
     return summary

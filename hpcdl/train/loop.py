@@ -27,6 +27,7 @@ from hpcdl.train.device import choose_device
 from hpcdl.train.progress import Callback, Progress, TrainingInfo
 from hpcdl.train.schedule import learn_rate_at
 from hpcdl.train.settings import RunSettings, run_settings
+from hpcdl.train.speed import CompileDecision, SpeedChoice, apply_backend_settings, choose_speed, resolved
 from hpcdl.train.stopping import StopRequested, stop_requested, warn_if_signal_too_late
 from hpcdl.train.validation import BestValidation
 from hpcdl.train.steps import (autocast, clip_gradients, correct_count, evaluate_totals, make_loss, make_optimizer,
@@ -88,6 +89,21 @@ class Step:
     cast: Callable[[], ContextManager]
     context: DistContext
     options: TrainingOptions
+    compiling: Optional[CompileDecision] = None
+    """With compile left to speed: when to compile the forward, decided once the first iterations are timed."""
+
+    def compile_if_due(self, iteration: int) -> None:
+        """Compile the forward at the iteration speed's decision names (every computing rank at once)."""
+        if self.compiling is None:
+            return
+        self.compiling.first_compiled_step_done()
+        wanted = self.compiling.due(iteration)
+        if wanted is None:
+            return
+        compiles = self.context.agree(wanted)
+        if compiles:
+            self.forward = torch.compile(self.forward)
+        self.compiling.decided(compiles, iteration)
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor, total: int, learn_rate: float
                  ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,13 +125,15 @@ class Step:
 
 
 def make_step(model: nn.Module, options: TrainingOptions, learn_rate: float, context: DistContext,
-              device: torch.device) -> Step:
-    """The step of ``model`` (already on ``device``) with the options' solver, loss and precision."""
+              device: torch.device, speed: SpeedChoice, compiling: CompileDecision) -> Step:
+    """The step of ``model`` (already on ``device``) with the options' solver, loss and precision (resolved by
+    ``speed``); ``compiling`` decides a compile left open."""
     forward = context.wrap(model)
     return Step(model=model, forward=torch.compile(forward) if options.compile else forward,
-                optimizer=make_optimizer(model, options, learn_rate),
+                optimizer=make_optimizer(model, options, learn_rate, fused=speed.fused_optimizer),
                 scaler=torch.amp.GradScaler(device.type, enabled=options.precision == "fp16"),
-                loss_fn=make_loss(options), cast=autocast(options, device), context=context, options=options)
+                loss_fn=make_loss(options), cast=autocast(options, device), context=context, options=options,
+                compiling=compiling if compiling.pending else None)
 
 
 class Validation:
@@ -164,6 +182,7 @@ def run_epochs(step: Step, loader: BatchLoader, validation: Validation, progress
             loss, out = step(x, y, total, learn_rate)
             heartbeat.stepped()
             state.iteration += 1
+            step.compile_if_due(state.iteration)
             progress.step(epoch + 1, state.iteration, learn_rate, loss,
                           correct_count(out, y, reports_accuracy(options, out, y)), len(y), waited)
             stop = progress.end_iteration(validation(epoch + 1, state) if validation.due(state.iteration) else None)
@@ -213,11 +232,17 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
     choice = choose_device(options)
     device = choice.device
     seed_everything(options.seed)
+    speed = choose_speed(options, device, model, train_set)
+    options = resolved(options, speed)
     context = init_context(options, device)
     settings = run_settings(options, context, output_dir, checkpoint_path)
     memory_format = torch.channels_last if options.channels_last else torch.contiguous_format
     model = model.to(device, memory_format=memory_format)
-    info = TrainingInfo(device=f"{device} ({choice.reason})", classes=classes_of(data), writer=context.lead)
+    info = TrainingInfo(device=f"{device} ({choice.reason})", classes=classes_of(data), writer=context.lead,
+                        speed=speed.record())
+    if settings.verbose:
+        print(f"[hpcdl] {'; '.join(speed.reasons)}", flush=True)
+    restore_backend = apply_backend_settings(speed)
     step = loader = None
     failed = True
     try:
@@ -228,10 +253,12 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
         if per_epoch == 0:
             raise ConfigError(f"data: {len(train_set)} observations cannot give each of the "
                               f"{len(context.computing)} computing workers a sample")
-        step = make_step(model, options, settings.learn_rate, context, device)
         seed = options.seed if options.seed is not None else int(torch.randint(2**31, ()).item())
         state = RunState(shuffle_seed=seed, best=BestValidation(options.output_network == "best-validation-loss"))
+        compiling = CompileDecision(speed, model, device, say=context.lead)
+        step = make_step(model, options, settings.learn_rate, context, device, speed, compiling)
         resumed = restore_run(settings.checkpoint_path, state, model, step.optimizer, step.scaler, device, info)
+        compiling.plan(state.iteration, per_epoch * options.max_epochs)
         if resumed and context.lead:  # in the log even when quiet: where the run went on from
             print(f"Resumed from the checkpoint of iteration {state.iteration} in {settings.checkpoint_path}",
                   flush=True)
@@ -243,6 +270,7 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
         validation = Validation(val_set, step, options, device, memory_format)
         model.train()
         reason = run_epochs(step, loader, validation, progress, state, settings, len(train_set), per_epoch)
+        info.speed.update(compiling.record)
         last = info.validation_history[-1]["iteration"] if info.validation_history else None
         if val_set is not None and last != state.iteration:
             progress.flush()
@@ -259,5 +287,6 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
             loader.close()
         step = validation = loader = None  # DDP goes before its process group (else an abort at exit)
         context.close(barrier=not failed)
+        restore_backend()
     model.eval()
     return model, info

@@ -62,6 +62,8 @@ class TrainingInfo:
     """Seconds of training (the loop, validation included)."""
     writer: bool = True
     """Whether this process writes the run's files (the lead worker of a distributed run)."""
+    speed: dict[str, Any] = field(default_factory=dict)
+    """What training.speed chose (precision, channels_last, compile, dispatch, TF32, ...) and why."""
 
     @property
     def data_wait_share(self) -> float:

@@ -16,17 +16,19 @@ from hpcdl.data.batches import iterate_batches
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def make_optimizer(model: nn.Module, options: TrainingOptions, lr: float) -> torch.optim.Optimizer:
-    """The solver with MATLAB's defaults at learning rate ``lr``; L2 regularization is added to the gradients."""
+def make_optimizer(model: nn.Module, options: TrainingOptions, lr: float, fused: bool = False) -> torch.optim.Optimizer:
+    """The solver with MATLAB's defaults at learning rate ``lr``; L2 regularization is added to the gradients.
+    ``fused``: one kernel for the whole update (sgdm and adam on a GPU; rmsprop has none)."""
     params, wd = model.parameters(), options.l2_regularization
+    kernel = {"fused": True} if fused else {}
     beta2 = options.squared_gradient_decay_factor
     if beta2 is None:
         beta2 = DEFAULT_SQUARED_GRADIENT_DECAY[options.solver]
     if options.solver == "sgdm":
-        return torch.optim.SGD(params, lr=lr, momentum=options.momentum, weight_decay=wd)
+        return torch.optim.SGD(params, lr=lr, momentum=options.momentum, weight_decay=wd, **kernel)
     if options.solver == "adam":
         return torch.optim.Adam(params, lr=lr, betas=(options.gradient_decay_factor, beta2),
-                                eps=options.epsilon, weight_decay=wd)
+                                eps=options.epsilon, weight_decay=wd, **kernel)
     return torch.optim.RMSprop(params, lr=lr, alpha=beta2, eps=options.epsilon, weight_decay=wd)
 
 
@@ -48,8 +50,8 @@ def reports_accuracy(options: TrainingOptions, out: torch.Tensor, y: torch.Tenso
 
 
 def autocast(options: TrainingOptions, device: torch.device) -> Callable[[], ContextManager]:
-    """A factory of the mixed-precision context for ``options.precision`` (float32: none)."""
-    if options.precision == "float32":
+    """A factory of the mixed-precision context for ``options.precision`` (float32 or unset: none)."""
+    if options.precision in (None, "float32"):
         return contextlib.nullcontext
     dtype = AUTOCAST_DTYPES[options.precision]
     return lambda: torch.autocast(device.type, dtype=dtype)
