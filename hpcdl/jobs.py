@@ -343,5 +343,10 @@ def main(argv: list[str]) -> int:
         return 1
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """Console-script entry point."""
     sys.exit(main(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    cli()

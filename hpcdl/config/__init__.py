@@ -1,7 +1,7 @@
 """THE typed config tree, defined once: one keyword-only dataclass per section, a docstring under every field.
 
 The same classes are Python arguments (``TrainingOptions(max_epochs=3)``), Hydra
-structured configs (composed from ``conf/`` and overrides by ``compose_config``)
+structured configs (composed from ``hpcdl/conf/`` and overrides by ``compose_config``)
 and the source of the CLI help and the README's option tables.
 """
 

@@ -51,7 +51,7 @@ def time_limit_minutes(text: str) -> int:
 
 @options("cluster")
 class ClusterConfig:
-    """A cluster profile; add your own as one YAML file in conf/cluster/ (or HPCDL_CONFIG_DIR/cluster/)."""
+    """A cluster profile; add your own as one YAML file in ~/.config/hpcdl/cluster/ (or HPCDL_CONFIG_DIR/cluster/)."""
 
     name: str = "local"
     """Profile name, recorded with every job."""

@@ -1,4 +1,4 @@
-"""Compose the config from conf/ and Hydra overrides into a validated Config object."""
+"""Compose the config from hpcdl/conf/ and Hydra overrides into a validated Config object."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hpcdl.config.fields import unknown_key_message
 from hpcdl.config.targets import TARGET, TARGET_SECTIONS, target_overrides
 from hpcdl.errors import ConfigError
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # package data: found beside the package wherever installed
 
 
 def user_config_dirs() -> list[Path]:

@@ -87,7 +87,7 @@ def show(value: Any) -> str:
 
 
 def config_groups() -> dict[str, list[str]]:
-    """Each config group (cluster, data, ...) and its options: the YAML files in conf/ and the user's folders."""
+    """Each config group (cluster, data, ...) and its options: the YAML files in hpcdl/conf/ and the user's folders."""
     groups: dict[str, set[str]] = {}
     for folder in [CONF_DIR, *user_config_dirs()]:
         for group in (d for d in folder.iterdir() if d.is_dir()):
@@ -96,7 +96,7 @@ def config_groups() -> dict[str, list[str]]:
 
 
 def default_choices() -> dict[str, str]:
-    """The option conf/config.yaml's defaults list picks in each group."""
+    """The option hpcdl/conf/config.yaml's defaults list picks in each group."""
     from omegaconf import OmegaConf
 
     entries = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml"))["defaults"]  # type: ignore[index]
@@ -109,7 +109,7 @@ def help_text(usage: str, values: Config) -> str:
     lines = [usage.strip(), "",
              "Overrides are Hydra's: key=value sets an option, group=option picks a file, +key=value adds a",
              "mapping key (cluster.env, ...). --cfg job prints the composed config and exits; -h/--help this.",
-             "", "Config groups (conf/, $HPCDL_CONFIG_DIR, ~/.config/hpcdl; * marks the default):"]
+             "", "Config groups (hpcdl/conf/, $HPCDL_CONFIG_DIR, ~/.config/hpcdl; * marks the default):"]
     for group, choices in config_groups().items():
         lines.append(f"  {group:<10}" + ", ".join(c + "*" * (chosen.get(group) == c) for c in choices))
     lines += ["", "Options (key, type, value as composed with the overrides given, doc):"]
