@@ -27,7 +27,7 @@ from hpcdl.cluster.restarts import (how_run_ended, is_earlier_runs_failure, reco
                                    recorded_final, requeued_since_start, this_job, this_run,
                                    withdraw_earlier_failure)
 from hpcdl.distributed import heartbeat
-from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank
+from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank, node_name
 from hpcdl.errors import FolderGoneError
 from hpcdl.host import end_own_job
 from hpcdl.plan import JobPlan
@@ -211,7 +211,7 @@ def run_job(folder: str) -> None:
     except BaseException as e:
         with contextlib.suppress(FolderGoneError):  # a deleted job folder is not written again
             record_failure(path, f"rank {global_rank()}: {type(e).__name__}: {e}",  # whichever rank fails first
-                           rank=global_rank(), rank_host=socket.gethostname(), traceback=_own_traceback(plan, e))
+                           rank=global_rank(), rank_host=node_name(), traceback=_own_traceback(plan, e))
         raise
     heartbeat.finish()
     if _all_ranks_done(path, plan):
