@@ -4,9 +4,9 @@ listing as the built-in trainer's.
     import hpcdl
     for step in range(steps):
         ...
-        hpcdl.report(step + 1, loss.item(), accuracy=acc, total=steps)   # jobs watch, list, the plot
-    hpcdl.save_result({"best": best})                                      # job.result(), jobs fetch
-    torch.save(model.state_dict(), hpcdl.results_dir() / "model.pt")      # fetched with the job
+        hpcdl.report(step=step + 1, total=steps, loss=loss.item(), accuracy=acc)  # jobs watch, list, plot
+    hpcdl.save_result({"best": best})                                 # job.result(), jobs fetch
+    torch.save(model.state_dict(), hpcdl.results_dir() / "model.pt") # fetched with the job
 
 Rank 0 alone writes (the others' calls do nothing); outside a job they do nothing either.
 """
@@ -39,17 +39,18 @@ def _append(record: dict[str, Any]) -> None:
         f.write(json.dumps({**record, "time_s": round(time.monotonic() - _started, 4)}) + "\n")
 
 
-def report(step: int, loss: float, *, accuracy: Optional[float] = None, epoch: int = 1,
-           total: Optional[int] = None, **metrics: float) -> None:
-    """Record training step ``step`` (from 1): its loss, accuracy in [0, 1] and any other numbers;
-    ``total`` steps in all gives `jobs list` its percentage."""
+def report(step: int, loss: Optional[float] = None, *, accuracy: Optional[float] = None,
+           epoch: Optional[int] = None, total: Optional[int] = None, **metrics: float) -> None:
+    """Record step ``step`` (from 1) of ``total`` (`jobs list`'s percentage, `jobs watch`'s step k/N): its loss,
+    accuracy in [0, 1], epoch and any other numbers, each only when given (the plot draws a panel for each)."""
     heartbeat.stepped()
-    _append({"kind": "iteration", "epoch": epoch, "iteration": int(step), "loss": float(loss),
-             "accuracy": None if accuracy is None else float(accuracy), "total": total,
-             **{k: float(v) for k, v in metrics.items()}})
+    _append({"kind": "iteration", "epoch": epoch, "iteration": int(step),
+             "loss": None if loss is None else float(loss), "accuracy": None if accuracy is None else float(accuracy),
+             "total": total, **{k: float(v) for k, v in metrics.items()}})
 
 
-def report_validation(step: int, loss: float, *, accuracy: Optional[float] = None, epoch: int = 1) -> None:
+def report_validation(step: int, loss: float, *, accuracy: Optional[float] = None,
+                      epoch: Optional[int] = None) -> None:
     """Record a validation after step ``step`` (dashed points in the plot)."""
     _append({"kind": "validation", "epoch": epoch, "iteration": int(step), "loss": float(loss),
              "accuracy": None if accuracy is None else float(accuracy)})

@@ -68,13 +68,13 @@ def main(argv: list[str]) -> int:
           f"  results:  python -m hpcdl.jobs fetch {job.id}")
     if not config.wait:
         return 0
-    from hpcdl.store.follow import follow, format_summary
+    from hpcdl.store.follow import follow, format_result
 
     state = follow(job)
     if state != "COMPLETED":
         print(f"job {job.id} ended {state}\n{job.error()}", file=sys.stderr)
         return 1
-    print(format_summary(job.result()))
+    print(format_result(plan.kind, job.result()))
     return 0
 
 

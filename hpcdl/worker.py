@@ -27,17 +27,17 @@ from hpcdl.cluster.restarts import (how_run_ended, is_earlier_runs_failure, reco
                                    recorded_final, requeued_since_start, this_job, this_run,
                                    withdraw_earlier_failure)
 from hpcdl.distributed import heartbeat
-from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank
+from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank, node_name
 from hpcdl.errors import FolderGoneError
 from hpcdl.host import end_own_job
 from hpcdl.plan import JobPlan
 from hpcdl.snapshot import run_from_snapshot
 from hpcdl.store.atomic import atomic_save, make_folder, remove_stale_temporaries
 from hpcdl.store.caches import compile_cache
-from hpcdl.store.files import (CHECKPOINTS, FUNCTION, FUNCTION_RESULT, LOGS, MANIFEST, METRICS,
+from hpcdl.store.files import (CHECKPOINTS, FUNCTION_RESULT, LOGS, MANIFEST, METRICS,
                                RANK_RESULTS, RANKS_DONE, STATUS, checkpoint_files)
 from hpcdl.store.folders import read_json
-from hpcdl.store.safety import check_store, load_pickle
+from hpcdl.store.safety import check_store
 from hpcdl.train.stopping import STOP_SIGNAL, StopRequested, listen_for_stop
 from hpcdl.store.status import write_final, write_status
 
@@ -52,13 +52,9 @@ def _run_payload(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> None:
 
         run_training(plan.config, folder)
         return
-    if plan.kind in ("entry", "script"):
-        from hpcdl.usercode import run_user_code
+    from hpcdl.usercode import run_user_code
 
-        result = run_user_code(folder, plan, manifest)
-    else:
-        fn, args, kwargs = load_pickle(folder, FUNCTION)
-        result = fn(*args, **kwargs)
+    result = run_user_code(folder, plan, manifest)
     import cloudpickle
 
     if plan.gather_results:
@@ -219,11 +215,20 @@ def run_job(folder: str) -> None:
     except BaseException as e:
         with contextlib.suppress(FolderGoneError):  # a deleted job folder is not written again
             record_failure(path, f"rank {global_rank()}: {type(e).__name__}: {e}",  # whichever rank fails first
-                           rank=global_rank(), traceback=traceback.format_exc())
+                           rank=global_rank(), rank_host=node_name(), traceback=_own_traceback(plan, e))
         raise
     heartbeat.finish()
     if _all_ranks_done(path, plan):
         record_final(path, "COMPLETED")
+
+
+def _own_traceback(plan: JobPlan, error: BaseException) -> str:
+    """The traceback of a rank's failure: the built-in trainer's whole, the user's code's own (hpcdl.usercode)."""
+    if plan.kind == "train":
+        return traceback.format_exc()
+    from hpcdl.usercode import user_traceback
+
+    return user_traceback(error)
 
 
 def _all_ranks_done(folder: Path, plan: JobPlan) -> bool:

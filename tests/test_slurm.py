@@ -405,3 +405,34 @@ def test_a_script_stopped_on_both_nodes_by_the_signal_resumes_where_its_ranks_ag
     assert job.wait(timeout=240) == "COMPLETED", job.error()
     assert f"rank 1 starts after step {stopped}" in job.logs(1)
     assert job.result() == {"total": 2 * steps * (steps + 1) / 2, "steps": steps}
+
+
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def test_a_batch_function_gets_torchruns_variables_on_each_slurm_rank(store: Path) -> None:
+    job = hpcdl.batch(read_variables, *TORCHRUN_VARIABLES, cluster="slurm", nodes=2, time="00:05:00",
+                      all_ranks=True)
+    ranks = job.result(timeout=180)
+    assert [r[:4] for r in ranks] == [["0", "2", "0", "1"], ["1", "2", "0", "1"]]
+    assert ranks[0][4:] == ranks[1][4:] and all(ranks[0][4:])  # one master for both
+
+
+def test_a_slurm_rank_that_raises_is_named_with_its_host_and_own_traceback(store: Path, tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "one_fails.py").write_text(
+        "import os, time\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    raise RuntimeError('rank 1 ran out of data')\n"
+        "time.sleep(20)\n")
+    done = subprocess.run([sys.executable, "-m", "hpcdl.submit", "cluster=slurm", "cluster.nodes=2",
+                           "script=one_fails.py", "cluster.time=00:05:00"], capture_output=True, text=True,
+                          timeout=300, cwd=user)
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.split()[2]
+    assert _cli("hpcdl.jobs", "wait", job_id, "--timeout", "180", check=False).stdout.strip() == "FAILED"
+    error = _cli("hpcdl.jobs", "show", job_id).stdout.split("--- error ---\n")[1]
+    assert error.startswith("rank 1 on n2:\nTraceback (most recent call last):\n"), error
+    assert 'one_fails.py", line 3, in <module>' in error and "RuntimeError: rank 1 ran out of data" in error
+    assert "ScriptFailed" not in error

@@ -34,7 +34,7 @@ def test_a_torchrun_style_script_runs_on_two_ranks_with_its_arguments(store: Pat
         assert f"script rank {rank} of 2 local {rank}: sum 3 lr 0.05" in logs, logs
         assert f"script rank {1 - rank} of 2" not in logs, logs
     watched = _cli(user, "hpcdl.jobs", "watch", job_id).stdout
-    assert "iter 4 loss" in watched and "COMPLETED" in watched
+    assert "step 4/4 loss" in watched and "COMPLETED" in watched and "epoch" not in watched
     listing = _cli(user, "hpcdl.jobs", "list").stdout
     assert "ddp-script" in listing and "100%" in listing
     got = tmp_path / "got"
@@ -61,6 +61,66 @@ def test_a_failing_script_fails_the_job_naming_its_rank(store: Path, tmp_path: P
     job = hpcdl.Job.attach(_submit(user, "script=broken.py", "cluster.tasks_per_node=2"))
     assert job.wait(timeout=240) == "FAILED"
     assert "rank 1: broken.py exited with code 3" in job.refresh().reason
+
+
+PLAIN_SCRIPT = """
+import argparse, os
+import hpcdl
+from helper import message  # a sibling module of the code copy
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--output-dir", default="out")
+args = parser.parse_args()
+os.makedirs(args.output_dir, exist_ok=True)
+with open(os.path.join(args.output_dir, "weights.txt"), "w") as f:
+    f.write(message())
+for step in range(1, 4):
+    hpcdl.report(step=step, total=3, loss=1.0 / step, lr=0.1 * step)
+"""
+
+
+def test_a_plain_script_waited_for_exits_0_and_its_relative_outputs_come_back(store: Path, tmp_path: Path) -> None:
+    user = write_user_code(tmp_path / "user")
+    (user / "helper.py").write_text("def message():\n    return 'from the sibling module'\n")
+    (user / "plain.py").write_text(PLAIN_SCRIPT)
+    done = _cli(user, "hpcdl.submit", "script=plain.py", "wait=true", "--", "--output-dir", "out")
+    assert done.returncode == 0, done.stderr
+    assert "step 3/3 loss 0.3333 lr 0.3" in done.stdout and "epoch" not in done.stdout
+    assert done.stdout.rstrip().endswith("result: None")  # it saved none
+    job_id = done.stdout.split()[2]
+    assert not (store / job_id / "code" / "out").exists()
+    got = tmp_path / "got"
+    assert _cli(user, "hpcdl.jobs", "fetch", job_id, "--to", str(got)).returncode == 0
+    assert (got / "results" / "out" / "weights.txt").read_text() == "from the sibling module"
+    from PIL import Image
+
+    with Image.open(got / "training-progress.png") as plot:  # no empty accuracy panel
+        assert plot.text["Description"] == "panels: Loss, lr"
+    assert "epoch" not in _cli(user, "hpcdl.jobs", "show", job_id).stdout
+
+
+def test_a_script_that_raises_shows_its_own_traceback_first(store: Path, tmp_path: Path) -> None:
+    import socket
+
+    user = write_user_code(tmp_path / "user")
+    (user / "raises.py").write_text("def fit(lr):\n    raise ValueError(f'learning rate {lr} too high')\n\n\nfit(9)\n")
+    job_id = _submit(user, "script=raises.py")
+    assert _cli(user, "hpcdl.jobs", "wait", job_id, "--timeout", "240").stdout.strip() == "FAILED"
+    shown = _cli(user, "hpcdl.jobs", "show", job_id).stdout
+    error = shown.split("--- error ---\n")[1]
+    assert error.startswith(f"rank 0 on {socket.gethostname()}:\nTraceback (most recent call last):\n"), shown
+    assert 'raises.py", line 5, in <module>\n' in error and 'line 2, in fit\n' in error
+    assert "ValueError: learning rate 9 too high" in error and "hpcdl" not in error, error
+
+
+def test_an_entry_that_raises_shows_its_traceback_without_hpcdls_frames(store: Path, tmp_path: Path) -> None:
+    user = write_user_code(tmp_path / "user")
+    (user / "failing.py").write_text("def main(config):\n    return 1 / 0\n")
+    job_id = _submit(user, "entry=failing:main")
+    assert _cli(user, "hpcdl.jobs", "wait", job_id, "--timeout", "240").stdout.strip() == "FAILED"
+    error = _cli(user, "hpcdl.jobs", "show", job_id).stdout.split("--- error ---\n")[1]
+    assert error.startswith("rank 0 on ") and 'failing.py", line 2, in main' in error, error
+    assert "ZeroDivisionError: division by zero" in error and "hpcdl" not in error, error
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -105,6 +105,18 @@ def test_own_dataset_and_network_train_with_a_held_out_share(store: Path, tmp_pa
     assert len(info["validation_history"]) >= 1 and summary["validation_accuracy"] is not None
 
 
+def test_a_network_of_lazy_layers_trains_and_loads_back(store: Path, tmp_path: Path) -> None:
+    user = write_user_code(tmp_path / "user")
+    summary = _submit_and_fetch(user, tmp_path / "got", "data._target_=mynets.make_blobs", "+data.n=60",
+                                "model._target_=mynets.LazyNet", "training.channels_last=true",
+                                "training.mini_batch_size=16")
+    assert summary["classes"] == ["a", "b", "c"]
+    state = torch.load(tmp_path / "got" / "model.pt", weights_only=True)
+    assert state["body.0.weight"].shape == (4, 1, 3, 3) and state["body.4.weight"].shape == (3, 4 * 4 * 4)
+    info = json.loads((tmp_path / "got" / "info.json").read_text())
+    assert info["history"][-1]["loss"] < info["history"][0]["loss"]
+
+
 def test_a_target_that_does_not_import_is_refused_before_submission(store: Path, tmp_path: Path) -> None:
     user = write_user_code(tmp_path / "user")
     (user / "broken.py").write_text("import not_installed_anywhere\n")

@@ -23,6 +23,18 @@ class MyNet(nn.Module):
         return self.body(x)
 
 
+class LazyNet(nn.Module):
+    """A network whose layers take their input sizes from the first batch (lazy modules)."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.LazyConv2d(4, 3, padding=1), nn.LazyBatchNorm2d(), nn.ReLU(), nn.Flatten(),
+                                  nn.LazyLinear(num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
 def make_blobs(n: int, seed: int = 0) -> TensorDataset:
     """Three classes of 1x4x4 inputs around different means."""
     generator = torch.Generator().manual_seed(seed)
@@ -42,7 +54,7 @@ def logged(image: torch.Tensor, log: str) -> torch.Tensor:
 
 
 def write_user_code(folder: Path) -> Path:
-    """``folder`` with mynets.py in it (MyNet, make_blobs, logged)."""
+    """``folder`` with mynets.py in it (MyNet, LazyNet, make_blobs, logged)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "mynets.py").write_text(SOURCE)
     return folder

@@ -50,6 +50,11 @@ class DistEnv:
     """torchrun, mpi, slurm or single."""
 
 
+def node_name() -> str:
+    """This rank's node as the scheduler names it (Slurm's node name), else the host name."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
 def free_port() -> int:
     """A TCP port free on this host now (bound by the OS, then released)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

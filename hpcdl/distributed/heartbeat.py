@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from hpcdl.cluster.restarts import record_failure
+from hpcdl.distributed.env import node_name
 from hpcdl.errors import FolderGoneError, HpcdlError
 from hpcdl.store.atomic import atomic_write_text, make_folder
 from hpcdl.store.files import HEARTBEATS
@@ -90,7 +90,7 @@ class _Ticker:
 
     def __init__(self, beats: Path, rank: int, token: str) -> None:
         self.path, self.rank, self.token = beats / f"rank{rank}.json", rank, token
-        self.host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        self.host = node_name()
         self.pid, self.ticks = os.getpid(), 0
         self.lock = threading.Lock()
         self.done = False

@@ -19,6 +19,8 @@ RESULT = "result.json"
 """The training summary."""
 METRICS = "metrics.jsonl"
 """One JSON line per iteration and validation, appended as training goes."""
+REPORT_FIELDS = ("kind", "epoch", "iteration", "loss", "accuracy", "total", "time_s")
+"""The fields of an hpcdl.report record in METRICS; any other is a number of the user's own."""
 PLOT = "training-progress.png"
 """The training-progress plot."""
 CHECKPOINTS = "checkpoints"

@@ -8,7 +8,7 @@ import time
 from typing import Any, Optional, TextIO
 
 from hpcdl.store.job import Job
-from hpcdl.store.files import METRICS
+from hpcdl.store.files import METRICS, REPORT_FIELDS
 from hpcdl.store.folders import JobRecord
 from hpcdl.store.safety import open_job_file
 
@@ -35,22 +35,27 @@ def read_records(record: JobRecord, tail_bytes: Optional[int] = TAIL_BYTES) -> l
 
 
 def progress(record: JobRecord, records: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
-    """Fraction done, last epoch/iteration/loss/accuracy and best validation accuracy of a training job."""
+    """Fraction done, last epoch/iteration/loss/accuracy and best validation accuracy of a job: a training job's
+    epochs of training.max_epochs, or what the user's code reported (step of total, its own metrics)."""
     records = read_records(record) if records is None else records
     iterations = [r for r in records if r["kind"] == "iteration"]
     validations = [r for r in records if r["kind"] == "validation" and r.get("accuracy") is not None]
+    trainer = record.manifest.get("kind") not in ("entry", "script", "function")
     config = record.plan.get("config") or {}
-    max_epochs = (config.get("training") or {}).get("max_epochs")
+    max_epochs = (config.get("training") or {}).get("max_epochs") if trainer else None
     view: dict[str, Any] = {"max_epochs": max_epochs}
     if iterations:
         last = iterations[-1]
-        view.update(epoch=last["epoch"], iteration=last["iteration"], loss=last["loss"], accuracy=last["accuracy"])
-        # the first iteration of an epoch after the first counts the iterations of those before it
-        per_epoch = next(((r["iteration"] - 1) / (r["epoch"] - 1) for before, r in zip(iterations, iterations[1:])
-                          if r["epoch"] > before["epoch"] and r["iteration"] > 1), None)
+        view.update(epoch=last.get("epoch"), iteration=last["iteration"], loss=last.get("loss"),
+                    accuracy=last.get("accuracy"), total=last.get("total"))
+        if not trainer:
+            view["metrics"] = {k: v for k, v in last.items() if k not in REPORT_FIELDS}
         if last.get("total"):  # hpcdl.report(..., total=N) from the user's code
             view["fraction"] = min(1.0, last["iteration"] / last["total"])
         elif max_epochs:
+            # the first iteration of an epoch after the first counts the iterations of those before it
+            per_epoch = next(((r["iteration"] - 1) / (r["epoch"] - 1) for before, r in zip(iterations, iterations[1:])
+                              if r["epoch"] > before["epoch"] and r["iteration"] > 1), None)
             if per_epoch:
                 view["fraction"] = min(1.0, last["iteration"] / (per_epoch * max_epochs))
             else:
@@ -64,15 +69,22 @@ def progress(record: JobRecord, records: Optional[list[dict[str, Any]]] = None) 
 
 
 def progress_line(record: JobRecord, view: dict[str, Any], width: int = 24) -> str:
-    """One line: a bar, epoch and iteration, loss and accuracies, state."""
+    """One line: a bar, epoch and iteration (or the user's step of total), loss, accuracies, metrics, state."""
     fraction = view.get("fraction")
     bar = "" if fraction is None else "[" + "#" * round(fraction * width) + "." * (width - round(fraction * width)) + "] "
     parts = [f"{record.id} {record.state:<9s}", bar.rstrip()]
     if "iteration" in view:
-        epochs = f"epoch {view['epoch']}/{view['max_epochs']} " if view.get("max_epochs") else ""
-        parts.append(f"{epochs}iter {view['iteration']} loss {view['loss']:.4f}")
+        if view.get("max_epochs"):
+            parts.append(f"epoch {view['epoch']}/{view['max_epochs']} iter {view['iteration']}")
+        else:
+            epoch = f"epoch {view['epoch']} " if view.get("epoch") is not None else ""
+            parts.append(f"{epoch}step {view['iteration']}" + (f"/{view['total']}" if view.get("total") else ""))
+        if view.get("loss") is not None:
+            parts.append(f"loss {view['loss']:.4f}")
         if view.get("accuracy") is not None:
             parts.append(f"acc {100 * view['accuracy']:.1f}%")
+        parts += [f"{name} {value:.4g}" for name, value in view.get("metrics", {}).items()
+                  if isinstance(value, (int, float))]
     if view.get("validation_accuracy") is not None:
         parts.append(f"val {100 * view['validation_accuracy']:.1f}%")
     return " ".join(p for p in parts if p)
@@ -107,3 +119,9 @@ def format_summary(summary: dict[str, Any]) -> str:
             value = ", ".join(map(str, value))
         lines.append(f"{key + ':':21s}{value}")
     return "\n".join(lines)
+
+
+def format_result(kind: str, result: Any) -> str:
+    """A job's result for the screen: a training job's summary, or the value the user's code returned or saved
+    (None when it saved none)."""
+    return format_summary(result) if kind == "train" else f"result: {result!r}"

@@ -91,11 +91,13 @@ class Job:
         return "" if data is None else data.decode(errors="replace")
 
     def error(self) -> str:
-        """What the scheduler said of failed tasks (srun names a lost rank), the traceback, the stderr tail."""
+        """Why the job failed: the failing rank's own error first (which rank, on which host, the user's exception
+        and traceback), then what the scheduler said of failed tasks (srun names a lost rank); rank 0's stderr
+        tail when no rank recorded a traceback."""
         stderr = "\n".join(self.logs(0, "stderr").splitlines()[-200:])
         tasks = "\n".join(line for line in stderr.splitlines() if line.startswith("srun: error:"))
-        traceback = self._record.status.get("traceback", "")
-        return "\n".join(part for part in (tasks, traceback or "\n".join(stderr.splitlines()[-30:])) if part)
+        return "\n".join(part for part in (failing_rank(self._record.status) or "\n".join(stderr.splitlines()[-30:]),
+                                            tasks) if part)
 
     def cancel(self) -> None:
         """Cancel the job (no-op once it has ended): CANCELLED is recorded first, so that no rank ending
@@ -160,3 +162,14 @@ class Job:
 
     def __repr__(self) -> str:
         return f"Job({self.id!r}, backend_id={self.backend_id!r}, state={self._record.state!r})"
+
+
+def failing_rank(status: dict[str, Any]) -> str:
+    """The failure a rank recorded: 'rank R on HOST:' and its traceback (the user's own, for their code); empty
+    when none was recorded."""
+    traceback = status.get("traceback")
+    if not isinstance(traceback, str) or not traceback:
+        return ""
+    rank, host = status.get("rank"), status.get("rank_host")
+    where = " ".join(part for part in ("" if rank is None else f"rank {rank}", f"on {host}" if host else "") if part)
+    return f"{where}:\n{traceback}" if where else traceback

@@ -23,6 +23,7 @@ from hpcdl.distributed.shares import shares
 from hpcdl.errors import ConfigError
 from hpcdl.train.checkpoint import CheckpointClock, RunState, restore_run, save_run
 from hpcdl.train.datawait import WaitClock
+from hpcdl.train.lazy import materialize_lazy_modules
 from hpcdl.train.device import choose_device
 from hpcdl.train.progress import Callback, Progress, TrainingInfo
 from hpcdl.train.schedule import learn_rate_at
@@ -236,6 +237,7 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
     options = resolved(options, speed)
     context = init_context(options, device)
     settings = run_settings(options, context, output_dir, checkpoint_path)
+    materialize_lazy_modules(model, train_set)
     memory_format = torch.channels_last if options.channels_last else torch.contiguous_format
     model = model.to(device, memory_format=memory_format)
     info = TrainingInfo(device=f"{device} ({choice.reason})", classes=classes_of(data), writer=context.lead,

@@ -21,7 +21,7 @@ import torch
 
 from hpcdl.errors import FolderGoneError
 from hpcdl.store.atomic import atomic_open, make_folder
-from hpcdl.store.files import METRICS, PLOT
+from hpcdl.store.files import METRICS, PLOT, REPORT_FIELDS
 from hpcdl.config import TrainingOptions
 from hpcdl.train.settings import RunSettings
 from hpcdl.train.datawait import Wait
@@ -226,46 +226,50 @@ class Progress:
             self.metrics.close()
 
 
-def write_progress_plot(path: Path, info: TrainingInfo) -> None:
-    """Accuracy (top) and loss (bottom) against iteration, validation as dashed black points."""
+def write_progress_plot(path: Path, info: TrainingInfo, metrics: Sequence[str] = ()) -> list[str]:
+    """A panel for each kind of value the records hold, against iteration: accuracy, loss, then each of
+    ``metrics`` (the user's own numbers); validation as dashed black points. Returns the panels' labels (also in
+    the PNG's Description)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(9, 6.5), dpi=100)
+    panels = [(label, key, scale, color) for label, key, scale, color in
+              (("Accuracy (%)", "accuracy", 100, "#0072BD"), ("Loss", "loss", 1, "#D95319"))
+              if any(r.get(key) is not None for r in info.history)] + [(name, name, 1, None) for name in metrics]
+    if not panels:
+        return []
+    figure = Figure(figsize=(9, 1.5 + 2.5 * len(panels)), dpi=100)
     FigureCanvasAgg(figure)
-    top, bottom = figure.subplots(2, 1, sharex=True)
-    its = [r["iteration"] for r in info.history]
-    val_its = [r["iteration"] for r in info.validation_history]
-    has_accuracy = info.history[0]["accuracy"] is not None
-    if has_accuracy:
-        top.plot(its, [100 * r["accuracy"] for r in info.history], color="#0072BD", lw=0.8, label="Training")
-        if val_its:
-            top.plot(val_its, [100 * r["accuracy"] for r in info.validation_history], "k--o", ms=3,
-                     label="Validation")
-        top.set_ylabel("Accuracy (%)")
-        top.legend(loc="lower right")
-    bottom.plot(its, [r["loss"] for r in info.history], color="#D95319", lw=0.8, label="Training")
-    if val_its:
-        bottom.plot(val_its, [r["loss"] for r in info.validation_history], "k--o", ms=3, label="Validation")
-    losses = [r["loss"] for r in info.history if math.isfinite(r["loss"])]
-    if losses and min(losses) > 0 and max(losses) / min(losses) > 100:
-        bottom.set_yscale("log")
-    bottom.set_ylabel("Loss")
-    bottom.set_xlabel("Iteration")
-    bottom.legend(loc="upper right")
-    last = info.history[-1]
-    figure.suptitle(f"Training progress: epoch {last['epoch']}, iteration {last['iteration']}"
-                    + (f", {info.stop_reason}" if info.stop_reason else ""))
-    for axes in (top, bottom):
+    for (label, key, scale, color), axes in zip(panels, figure.subplots(len(panels), 1, sharex=True,
+                                                                        squeeze=False)[:, 0]):
+        training = [(r["iteration"], scale * r[key]) for r in info.history if r.get(key) is not None]
+        axes.plot(*zip(*training), color=color, lw=0.8, label="Training")
+        validation = [(r["iteration"], scale * r[key]) for r in info.validation_history if r.get(key) is not None]
+        if validation:
+            axes.plot(*zip(*validation), "k--o", ms=3, label="Validation")
+        values = [scale * r[key] for r in info.history if r.get(key) is not None and math.isfinite(r[key])]
+        if key == "loss" and values and min(values) > 0 and max(values) / min(values) > 100:
+            axes.set_yscale("log")
+        axes.set_ylabel(label)
+        axes.legend(loc="lower right" if key == "accuracy" else "upper right")
         axes.grid(True, alpha=0.3)
+    axes.set_xlabel("Iteration")
+    last = info.history[-1]
+    where = ([f"epoch {last['epoch']}"] if last.get("epoch") is not None else []) + \
+        [f"iteration {last['iteration']}" + (f" of {last['total']}" if last.get("total") else "")]
+    figure.suptitle(f"Training progress: {', '.join(where)}" + (f", {info.stop_reason}" if info.stop_reason else ""))
+    labels = [label for label, *_ in panels]
     with atomic_open(path, "wb") as f:
-        figure.savefig(f, format="png")
+        figure.savefig(f, format="png", metadata={"Description": "panels: " + ", ".join(labels)})
+    return labels
 
 
-def plot_records(folder: Path) -> None:
-    """Draw training-progress.png in ``folder`` from its metrics.jsonl (records of hpcdl.report)."""
+def plot_records(folder: Path) -> list[str]:
+    """Draw training-progress.png in ``folder`` from its metrics.jsonl (records of hpcdl.report): a panel for each
+    kind of value reported; returns their labels."""
     records = [json.loads(line) for line in (folder / METRICS).read_text().splitlines() if line.strip()]
     info = TrainingInfo(history=[r for r in records if r.get("kind") == "iteration"],
                         validation_history=[r for r in records if r.get("kind") == "validation"])
-    if info.history:
-        write_progress_plot(folder / PLOT, info)
+    metrics = list(dict.fromkeys(k for r in info.history for k, v in r.items()
+                                 if k not in REPORT_FIELDS and isinstance(v, (int, float))))
+    return write_progress_plot(folder / PLOT, info, metrics) if info.history else []
