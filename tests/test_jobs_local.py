@@ -131,6 +131,8 @@ def test_local_job_past_its_time_limit_ends_as_timeout(store: Path) -> None:
     job = hpcdl.batch(time.sleep, 120, cluster="local", time="0:02")
     assert job.wait(timeout=60) == "TIMEOUT"
     assert "time limit 0:02 reached" in job.refresh().reason
+    shown = _cli("hpcdl.jobs", "show", job.id).stdout
+    assert "state     TIMEOUT" in shown and "--- error ---" not in shown, shown  # it was an empty error section
 
 
 def test_bad_submission_leaves_nothing_behind(store: Path) -> None:

@@ -81,6 +81,17 @@ def test_local_points_run_at_once_in_the_background_and_the_sweep_is_one_record(
         assert point.manifest["output_dir"] == str(point.folder)
 
 
+def test_a_waited_for_sweep_counts_its_points_done_and_ends_with_their_table(store: Path) -> None:
+    done = _submit("training.max_epochs=1", "training.initial_learn_rate=0.1,0.05", "wait=true",
+                   "hydra.launcher.poll_s=0.2")
+    assert done.returncode == 0, done.stderr
+    assert "sweep points: 2 of 2 done (2 COMPLETED)" in done.stdout + done.stderr
+    table = done.stdout.splitlines()[-3:]
+    assert table[0].split()[:3] == ["NUM", "OVERRIDES", "STATE"], done.stdout
+    assert [row.split()[:3] for row in table[1:]] == [["0", "training.initial_learn_rate=0.1", "COMPLETED"],
+                                                      ["1", "training.initial_learn_rate=0.05", "COMPLETED"]]
+
+
 def test_cancelling_a_local_sweep_ends_its_running_and_waiting_points(store: Path) -> None:
     done = _submit("training.max_epochs=50", "training.initial_learn_rate=0.1,0.05,0.02,0.01",
                    "hydra.launcher.parallelism=1")
