@@ -201,12 +201,12 @@ def _show_outcome(job: Any, record: "JobRecord") -> None:
     words = progress_words(progress(record))
     print(f"progress  {words or ('none reported yet' if started else 'not started')}")
     if record.state == "COMPLETED" and record.manifest["kind"] == "train":
-        result = read_json(record.folder / RESULT) or {}
-        accuracy = result.get("validation_accuracy")
-        loss = result.get("final_loss")
-        print(f"result    {result.get('stop_reason')} after {result.get('iterations')} iterations"
-              + ("" if loss is None else f", final loss {loss:.4f}")
-              + ("" if accuracy is None else f", validation accuracy {100 * accuracy:.2f}%"))
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):  # a damaged result.json: no line
+            result = read_json(record.folder / RESULT) or {}
+            accuracy, loss = result.get("validation_accuracy"), result.get("final_loss")
+            print(f"result    {result.get('stop_reason')} after {result.get('iterations')} iterations"
+                  + ("" if loss is None else f", final loss {loss:.4f}")
+                  + ("" if accuracy is None else f", validation accuracy {100 * accuracy:.2f}%"))
     kept = [name for name in RESULTS if (record.folder / name).is_file()] if record.manifest["kind"] == "train" \
         else [f"{RESULTS_DIR}/"] if (record.folder / RESULTS_DIR).is_dir() else []
     if record.state == "COMPLETED" or kept:

@@ -73,12 +73,12 @@ def progress_words(view: dict[str, Any]) -> str:
     epoch = f"epoch {view['epoch']} of {view['max_epochs']}, " if view.get("max_epochs") else ""
     total = f" of {view['total']}" if view.get("total") else ""
     done = f" ({100 * view['fraction']:.0f}%)" if view.get("fraction") is not None else ""
-    metrics = [f"loss {view['loss']:.4f}"]
+    metrics = [] if view.get("loss") is None else [f"loss {view['loss']:.4f}"]
     for name, key in (("accuracy", "accuracy"), ("validation accuracy", "validation_accuracy"),
                       ("best", "best_validation_accuracy")):
         if view.get(key) is not None:
             metrics.append(f"{name} {100 * view[key]:.2f}%")
-    return f"{epoch}iteration {view['iteration']}{total}{done}; {', '.join(metrics)}"
+    return f"{epoch}iteration {view['iteration']}{total}{done}" + (f"; {', '.join(metrics)}" if metrics else "")
 
 
 def progress_line(record: JobRecord, view: dict[str, Any], width: int = 24) -> str:
