@@ -133,6 +133,9 @@ def test_a_point_killed_without_a_result_is_failed_and_a_lost_point_is_counted(s
     assert done.returncode == 0, done.stderr
     sweep = re.search(r"Submitted sweep (\S+):", done.stdout).group(1)
     assert Job.attach(sweep).wait(timeout=240) == "FAILED"
+    watched = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "watch", sweep], capture_output=True, text=True)
+    assert watched.returncode == 1 and "3 of 3 points done (2 COMPLETED, 1 FAILED)" in watched.stdout, watched.stdout
+    assert re.search(r"^1\s+x=1\s+FAILED", watched.stdout, re.M), watched.stdout  # then the points' table
     killed = load_record(store / f"{sweep}_1")
     assert (killed.state, killed.reason) == ("FAILED", "its process killed by signal 9 without recording a result")
     assert {load_record(store / f"{sweep}_{i}").state for i in (0, 2)} == {"COMPLETED"}
