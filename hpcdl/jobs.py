@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fnmatch
-import json
 import os
 import sys
 import time
@@ -39,6 +38,17 @@ def _elapsed(status: dict[str, Any]) -> str:
     return _clock(ended - started)
 
 
+def _state(record: "JobRecord") -> str:
+    """The state, and why a pending job waits: 'PENDING (Resources)'."""
+    return f"{record.state} ({record.waiting_for})" if record.waiting_for else record.state
+
+
+def _scheduler_id(record: "JobRecord") -> str:
+    from hpcdl.cluster import backend_for
+
+    return backend_for(record.backend).display_id(record)
+
+
 def _row(record: "JobRecord") -> tuple[str, ...]:
     """One line of the listing; DAMAGED (and why on stderr) for a record whose content makes no sense."""
     from hpcdl.store.folders import DAMAGED
@@ -48,9 +58,9 @@ def _row(record: "JobRecord") -> tuple[str, ...]:
         try:
             view = progress(record)
             fraction, best = view.get("fraction"), view.get("best_validation_accuracy")
-            return (record.id, record.manifest["name"], record.manifest["profile"], record.state,
+            return (record.id, record.manifest["name"], record.manifest["profile"], _state(record),
                     "" if fraction is None else f"{100 * fraction:.0f}%", _elapsed(record.status),
-                    "" if best is None else f"{100 * best:.2f}%", str(record.backend_id or ""))
+                    "" if best is None else f"{100 * best:.2f}%", _scheduler_id(record))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             record.state, record.reason = DAMAGED, f"unexpected content: {type(e).__name__}: {e}"
     print(f"note: job {record.id} is DAMAGED ({record.reason}); its folder: {record.folder}", file=sys.stderr)
@@ -72,7 +82,7 @@ def _sweep_row(sweep: "JobRecord", points: list["JobRecord"]) -> tuple[str, ...]
     done = sum(p.final for p in points)
     return (sweep.id, sweep.manifest["name"], sweep.manifest["profile"], sweep.state,
             f"{done}/{len(points)} done: {sweep.reason}", _clock(last - sweep.manifest["submitted_at"]),
-            f"{100 * max(best):.2f}%" if best else "", str(sweep.backend_id or ""))
+            f"{100 * max(best):.2f}%" if best else "", _scheduler_id(sweep))
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -93,7 +103,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         if sweep_id_of(record) in points:
             points[sweep_id_of(record)].append(record)
     if args.state:
-        records = [r for r in records if r.state == args.state.upper()]
+        records = [r for r in records if r.state == args.state]
     shown = [r for r in records if args.points or sweep_id_of(r) not in points]
     rows = [("ID", "NAME", "PROFILE", "STATE", "PROGRESS", "ELAPSED", "BEST VAL", "SCHEDULER ID")]
     rows += [_sweep_row(r, points[r.id]) if r.id in points and r.state != DAMAGED else _row(r)
@@ -121,7 +131,7 @@ def _sweep_points(folder: Path) -> tuple["JobRecord", list["JobRecord"]]:
 
 def _show_sweep(folder: Path) -> int:
     from hpcdl.store.folders import DAMAGED
-    from hpcdl.store.sweeps import format_table, summary
+    from hpcdl.store.sweeps import format_table, points_done, summary
 
     sweep, points = _sweep_points(folder)
     if sweep.state == DAMAGED:
@@ -129,7 +139,7 @@ def _show_sweep(folder: Path) -> int:
         return 1
     m = sweep.manifest
     print(f"sweep     {sweep.id}  ('{m['name']}', {len(m['points'])} points)\n"
-          f"state     {sweep.state}  ({sweep.reason})\n"
+          f"state     {sweep.state}  ({points_done(sweep)})\n"
           f"profile   {m['profile']} ({sweep.backend}), scheduler id(s) {sweep.backend_id}\n"
           f"submitted {_when(m['submitted_at'])} from {m['submitted_from']['host']}:{m['submitted_from']['cwd']}\n"
           f"command   {' '.join(m.get('overrides') or []) or '-'}\n"
@@ -140,7 +150,6 @@ def _show_sweep(folder: Path) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from hpcdl.store.folders import DAMAGED
-    from hpcdl.store.follow import progress
     from hpcdl.store.job import Job
     from hpcdl.store.sweeps import SWEEP
 
@@ -153,8 +162,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 1
     m = record.manifest
     print(f"job       {record.id}  ({m['kind']} '{m['name']}')\n"
-          f"state     {record.state}{'  (' + record.reason + ')' if record.reason else ''}\n"
-          f"profile   {m['profile']} ({record.backend}), scheduler id {record.backend_id}\n"
+          f"state     {_state(record)}{'  (' + record.reason + ')' if record.reason else ''}\n"
+          f"profile   {m['profile']} ({record.backend}), scheduler id {_scheduler_id(record) or '-'}\n"
           f"submitted {_when(m['submitted_at'])} from "
           f"{m['submitted_from']['host']}:{m['submitted_from']['cwd']}\n"
           f"elapsed   {_elapsed(record.status) or '-'}  host {record.status.get('host', '-')}  "
@@ -174,11 +183,46 @@ def cmd_show(args: argparse.Namespace) -> int:
     for resume in m.get("resumes", []):
         print(f"resumed   {_when(resume['at'])} after {resume['after']} (was {resume['backend_id']}), "
               f"time {resume['time']}")
-    if m["kind"] == "train":
-        print(f"progress  {json.dumps(progress(record))}")
-    if record.state not in ("COMPLETED", "SUBMITTING", "PENDING", "RUNNING"):
-        print("--- error ---\n" + job.error())
+    _show_outcome(job, record)
     return 0
+
+
+NOT_FAILED = ("COMPLETED", "CANCELLED", "TIMEOUT", "STOPPED")
+"""Final states that are no error of the job: it completed, was cancelled, or reached its time limit."""
+
+
+def _show_outcome(job: Any, record: "JobRecord") -> None:
+    """Progress in words, the result and where it lies, and what comes next: for a failed job its error."""
+    from hpcdl.store.files import CHECKPOINTS, RESULT, RESULTS, RESULTS_DIR, checkpoint_files
+    from hpcdl.store.folders import FINAL_STATES, read_json
+    from hpcdl.store.follow import progress, progress_words
+
+    started = record.state not in ("SUBMITTING", "PENDING")
+    words = progress_words(progress(record))
+    print(f"progress  {words or ('none reported yet' if started else 'not started')}")
+    if record.state == "COMPLETED" and record.manifest["kind"] == "train":
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):  # a damaged result.json: no line
+            result = read_json(record.folder / RESULT) or {}
+            accuracy, loss = result.get("validation_accuracy"), result.get("final_loss")
+            print(f"result    {result.get('stop_reason')} after {result.get('iterations')} iterations"
+                  + ("" if loss is None else f", final loss {loss:.4f}")
+                  + ("" if accuracy is None else f", validation accuracy {100 * accuracy:.2f}%"))
+    kept = [name for name in RESULTS if (record.folder / name).is_file()] if record.manifest["kind"] == "train" \
+        else [f"{RESULTS_DIR}/"] if (record.folder / RESULTS_DIR).is_dir() else []
+    if record.state == "COMPLETED" or kept:
+        print(f"results   {', '.join(kept) or 'the return value'} in {record.folder}; a copy here: "
+              f"python -m hpcdl.jobs fetch {record.id}")
+    if started:
+        ranks = record.plan.get("world_size", 1)
+        print(f"logs      python -m hpcdl.jobs logs {record.id} [--stderr]"
+              + (f" [--rank 0..{ranks - 1}]" if ranks > 1 else ""))
+    if record.state in ("TIMEOUT", "STOPPED", "CANCELLED") and (
+            record.manifest["kind"] == "train" or checkpoint_files(record.folder / CHECKPOINTS)):
+        print(f"resume    python -m hpcdl.jobs resume {record.id} goes on from its newest checkpoint")
+    if record.state in FINAL_STATES and record.state not in NOT_FAILED:
+        error = job.error()
+        print("--- error ---\n" + (error or f"(nothing on rank 0's stderr; its output: python -m hpcdl.jobs logs "
+                                            f"{record.id})"))
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -186,8 +230,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from hpcdl.store.safety import open_job_file
 
     job = Job.attach(args.id)
+    _check_logs_asked(job, args.rank)
     log = job.log_path(args.rank, "stderr" if args.stderr else "stdout").relative_to(job.folder)
-    offset = 0
+    offset, shown = 0, False
     while True:
         ended = args.follow and job.done()  # asked before reading: the last lines written are shown
         try:
@@ -199,24 +244,61 @@ def cmd_logs(args: argparse.Namespace) -> int:
             chunk = b""
         sys.stdout.write(chunk.decode(errors="replace"))
         sys.stdout.flush()
+        shown = shown or bool(chunk)
         if not args.follow or ended:
+            if not shown:
+                record = job.refresh()
+                print(f"note: rank {args.rank} of job {job.id} ({_state(record)}) has written nothing to its "
+                      f"{'stderr' if args.stderr else 'stdout'}" + ("" if record.final or record.state == "RUNNING"
+                                                                     else ": it has not started yet"), file=sys.stderr)
             return 0
         time.sleep(1.0)
+
+
+def _check_logs_asked(job: Any, rank: int) -> None:
+    """HpcdlError for logs that cannot exist: a sweep's own (its points have them), a rank the job lacks."""
+    from hpcdl.store.sweeps import SWEEP
+
+    if job.manifest.get("kind") == SWEEP:
+        points = job.manifest.get("points") or []
+        raise HpcdlError(f"{job.id} is a sweep of {len(points)} point(s): each point has its logs, e.g. "
+                         f"python -m hpcdl.jobs logs {points[0] if points else job.id + '_0'}")
+    ranks = job.manifest["plan"].get("world_size", 1)
+    if not 0 <= rank < ranks:
+        raise HpcdlError(f"job {job.id} has {ranks} rank(s), numbered 0 to {ranks - 1}: there is no rank {rank}")
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
     from hpcdl.store.follow import follow
     from hpcdl.store.job import Job
 
-    return 0 if follow(Job.attach(args.id)) == "COMPLETED" else 1
+    job = Job.attach(args.id)
+    state = follow(job)
+    _sweep_table(job)
+    return 0 if state == "COMPLETED" else 1
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
+    from hpcdl.store.follow import follow
     from hpcdl.store.job import Job
+    from hpcdl.store.sweeps import SWEEP
 
-    state = Job.attach(args.id).wait(args.timeout)
+    job = Job.attach(args.id)
+    if job.manifest.get("kind") == SWEEP:  # k of N points done as they end, then their table
+        state = follow(job, timeout=args.timeout)
+        _sweep_table(job)
+    else:
+        state = job.wait(args.timeout)
     print(state)
     return 0 if state == "COMPLETED" else 1
+
+
+def _sweep_table(job: Any) -> None:
+    """A sweep's result table, once it has ended (nothing for a job)."""
+    from hpcdl.store.sweeps import SWEEP, format_table, summary
+
+    if job.manifest.get("kind") == SWEEP:
+        print(format_table(summary(_sweep_points(job.folder)[1])))
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -298,13 +380,23 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _state_name(text: str) -> str:
+    """A state to list by, in capitals; an unknown one (DONE, say) is refused naming those there are."""
+    from hpcdl.store.states import STATES
+
+    if text.upper() not in STATES:
+        raise argparse.ArgumentTypeError(f"no state {text!r}: one of {', '.join(STATES)} (a job that ended "
+                                         "well is COMPLETED)")
+    return text.upper()
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line: one subcommand per verb."""
     top = argparse.ArgumentParser(prog="python -m hpcdl.jobs", description=__doc__.splitlines()[0],
                                   formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     verbs = top.add_subparsers(dest="verb", required=True)
     listing = verbs.add_parser("list", help="a table of jobs")
-    listing.add_argument("--state", help="only jobs in this state (RUNNING, FAILED, ...)")
+    listing.add_argument("--state", type=_state_name, help="only jobs in this state (RUNNING, FAILED, ...)")
     listing.add_argument("--name", help="only jobs whose name matches (substring or glob)")
     listing.add_argument("--limit", type=int, default=0, help="only the newest N")
     listing.add_argument("--points", action="store_true", help="list each sweep's points too")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ import pytest
 import hpcdl
 from hpcdl import JobFailedError
 from tests.conftest import job_folders
+from tests.test_states import _row
 
 
 def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -41,6 +43,13 @@ def test_training_job_outlives_the_submitting_process_and_is_fetched_later(store
         assert (tmp_path / "got" / name).is_file()
     shown = _cli("hpcdl.jobs", "show", job_id).stdout
     assert "state     COMPLETED" in shown and "training.max_epochs=2" in shown
+    assert re.search(r"^progress  epoch 2 of 2, iteration (\d+) of \1 \(100%\); loss \d\.\d{4}", shown, re.M), shown
+    assert re.search(r"^result    max-epochs after \d+ iterations, final loss \d\.\d{4}, validation accuracy", shown,
+                     re.M), shown
+    assert f"model.pt, info.json, result.json, metrics.jsonl, training-progress.png in {store / job_id}" in shown
+    assert "--- error ---" not in shown and "{" not in shown  # no raw JSON, no error section
+    scheduler_id = _row(listing, job_id)[-1]
+    assert re.fullmatch(r"\d+@[^/]+", scheduler_id), scheduler_id  # PID@HOST: no boot id, no namespace
     assert "Training finished: max-epochs" in _cli("hpcdl.jobs", "logs", job_id).stdout
 
 
@@ -90,8 +99,23 @@ def test_cancel_ends_a_running_local_job(store: Path) -> None:
     while job.refresh().status.get("state") != "RUNNING" and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _cli("hpcdl.jobs", "cancel", job.id).stdout.strip().endswith("state now CANCELLED")
+    shown = _cli("hpcdl.jobs", "show", job.id).stdout
+    assert "state     CANCELLED  (cancelled with hpcdl)" in shown and "error" not in shown, shown
     pid = int(job.backend_id.split(":")[0])
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
+
+
+def test_logs_and_listings_say_why_there_is_nothing_to_show(store: Path) -> None:
+    job = hpcdl.batch(add, 2, 40, cluster="local")
+    assert job.wait(timeout=120) == "COMPLETED"
+    missing_rank = _cli("hpcdl.jobs", "logs", job.id, "--rank", "5", check=False)
+    assert missing_rank.returncode == 1 and missing_rank.stdout == ""  # it printed rank 0's log
+    assert f"job {job.id} has 1 rank(s), numbered 0 to 0: there is no rank 5" in missing_rank.stderr
+    empty = _cli("hpcdl.jobs", "logs", job.id)
+    assert empty.stdout == "" and f"rank 0 of job {job.id} (COMPLETED) has written nothing to its stdout" in empty.stderr
+    unknown = _cli("hpcdl.jobs", "list", "--state", "done", check=False)
+    assert unknown.returncode == 2 and "no state 'done': one of SUBMITTING, PENDING, RUNNING, COMPLETED" in unknown.stderr
+    assert _row(_cli("hpcdl.jobs", "list", "--state", "completed").stdout, job.id)[3] == "COMPLETED"
 
 
 def test_job_killed_without_a_result_is_failed_not_running(store: Path) -> None:
@@ -107,6 +131,8 @@ def test_local_job_past_its_time_limit_ends_as_timeout(store: Path) -> None:
     job = hpcdl.batch(time.sleep, 120, cluster="local", time="0:02")
     assert job.wait(timeout=60) == "TIMEOUT"
     assert "time limit 0:02 reached" in job.refresh().reason
+    shown = _cli("hpcdl.jobs", "show", job.id).stdout
+    assert "state     TIMEOUT" in shown and "--- error ---" not in shown, shown  # it was an empty error section
 
 
 def test_bad_submission_leaves_nothing_behind(store: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 import hpcdl
 from hpcdl.cluster.slurm import SlurmBackend
+from hpcdl.store.job import Job
 from tests.test_slurm import (_cli, _queue, _sacct_state, slurm_cluster,  # noqa: F401 - the fixture
                               slurm_setting, wait_running)
 from tests.test_states import _row, held_submission
@@ -43,6 +44,27 @@ def test_a_cancelled_slurm_job_keeps_the_state_recorded_first(store: Path) -> No
     assert job.backend_id not in _queue()
     assert _row(_cli("hpcdl.jobs", "list").stdout, job.id)[3] == "CANCELLED"
     assert (job.folder / "final.json").read_text() == recorded
+    shown = _cli("hpcdl.jobs", "show", job.id).stdout  # srun's 'Job step aborted' is no error of a cancelled job
+    assert "state     CANCELLED  (cancelled with hpcdl)" in shown and "error" not in shown and "srun" not in shown
+
+
+def test_a_pending_slurm_job_shows_slurms_reason_and_has_no_logs_yet(store: Path, digits_root: Path) -> None:
+    submitted = _cli("hpcdl.submit", "cluster=slurm", "cluster.time=00:05:00", "+cluster.sbatch_extra.begin=now+3600",
+                     f"data.root={digits_root}")
+    job = Job.attach(submitted.stdout.split()[2])  # it may start in an hour: it pends till then
+    try:
+        deadline = time.monotonic() + 60
+        while _row(listing := _cli("hpcdl.jobs", "list").stdout, job.id)[3:5] != ["PENDING", "(BeginTime)"]:
+            assert time.monotonic() < deadline, listing
+            time.sleep(0.5)
+        shown = _cli("hpcdl.jobs", "show", job.id).stdout
+        assert "state     PENDING (BeginTime)" in shown and "progress  not started" in shown, shown
+        assert "error" not in shown and "logs      " not in shown
+        logs = _cli("hpcdl.jobs", "logs", job.id)
+        assert logs.stdout == "" and "has written nothing to its stdout: it has not started yet" in logs.stderr
+    finally:
+        _cli("hpcdl.jobs", "cancel", job.id)
+    assert job.backend_id not in _queue()
 
 
 def wait_for_file(path: str, value: str) -> str:

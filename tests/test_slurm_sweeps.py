@@ -81,7 +81,9 @@ def test_a_six_point_sweep_is_one_array_returns_at_once_and_reports_a_failing_po
     arrays = _manifest(store, sweep)["backend_id"].split(",")
     assert len(arrays) == 1, arrays
 
-    assert _cli("hpcdl.jobs", "wait", sweep, check=False).stdout.strip() == "FAILED"
+    waited = _cli("hpcdl.jobs", "wait", sweep, check=False).stdout  # k of N as points end, then their table
+    assert waited.splitlines()[-1] == "FAILED" and "6 of 6 points done (5 COMPLETED, 1 FAILED)" in waited, waited
+    assert re.search(r"^4\s+x=4\s+COMPLETED\s", waited, re.M), waited
     tasks = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "JobID", "-j", arrays[0]], capture_output=True,
                            text=True, check=True).stdout.split()
     assert sorted(tasks) == [f"{arrays[0]}_{i}" for i in range(6)], tasks
@@ -89,7 +91,7 @@ def test_a_six_point_sweep_is_one_array_returns_at_once_and_reports_a_failing_po
     shown = _cli("hpcdl.jobs", "show", sweep).stdout
     assert "5 COMPLETED, 1 FAILED" in shown, shown
     for x in range(5):
-        assert re.search(rf"^{x}\s+x={x} nap=6\s+COMPLETED\s.*\s{x * x}$", shown, re.M), shown
+        assert re.search(rf"^{x}\s+x={x}\s+COMPLETED\s.*\s{x * x}$", shown, re.M), shown  # nap=6: all alike
     assert f"point 5 ({sweep}_5) FAILED: rank 0: ValueError: point x=5 fails on purpose" in shown, shown
     assert "fails on purpose" in _cli("hpcdl.jobs", "show", f"{sweep}_5").stdout
 

@@ -81,6 +81,17 @@ def test_local_points_run_at_once_in_the_background_and_the_sweep_is_one_record(
         assert point.manifest["output_dir"] == str(point.folder)
 
 
+def test_a_waited_for_sweep_counts_its_points_done_and_ends_with_their_table(store: Path) -> None:
+    done = _submit("training.max_epochs=1", "training.initial_learn_rate=0.1,0.05", "wait=true",
+                   "hydra.launcher.poll_s=0.2")
+    assert done.returncode == 0, done.stderr
+    assert "sweep points: 2 of 2 done (2 COMPLETED)" in done.stdout + done.stderr
+    table = done.stdout.splitlines()[-3:]
+    assert table[0].split()[:3] == ["NUM", "OVERRIDES", "STATE"], done.stdout
+    assert [row.split()[:3] for row in table[1:]] == [["0", "training.initial_learn_rate=0.1", "COMPLETED"],
+                                                      ["1", "training.initial_learn_rate=0.05", "COMPLETED"]]
+
+
 def test_cancelling_a_local_sweep_ends_its_running_and_waiting_points(store: Path) -> None:
     done = _submit("training.max_epochs=50", "training.initial_learn_rate=0.1,0.05,0.02,0.01",
                    "hydra.launcher.parallelism=1")
@@ -122,6 +133,9 @@ def test_a_point_killed_without_a_result_is_failed_and_a_lost_point_is_counted(s
     assert done.returncode == 0, done.stderr
     sweep = re.search(r"Submitted sweep (\S+):", done.stdout).group(1)
     assert Job.attach(sweep).wait(timeout=240) == "FAILED"
+    watched = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "watch", sweep], capture_output=True, text=True)
+    assert watched.returncode == 1 and "3 of 3 points done (2 COMPLETED, 1 FAILED)" in watched.stdout, watched.stdout
+    assert re.search(r"^1\s+x=1\s+FAILED", watched.stdout, re.M), watched.stdout  # then the points' table
     killed = load_record(store / f"{sweep}_1")
     assert (killed.state, killed.reason) == ("FAILED", "its process killed by signal 9 without recording a result")
     assert {load_record(store / f"{sweep}_{i}").state for i in (0, 2)} == {"COMPLETED"}
@@ -215,3 +229,56 @@ def test_a_point_that_dies_over_a_damaged_final_state_leaves_it_and_the_runner_g
     runner.running[process] = (point, [])
     runner._reap()  # raised JSONDecodeError, which ended every point of the runner
     assert not runner.running and (point / "final.json").read_text() == "{damaged"
+
+
+def _point(folder: Path, num: int, overrides: list[str], losses: list[float]) -> "JobRecord":
+    """A finished point of sweep 's' in ``folder``, with one metrics record per loss and a validation at the end."""
+    from hpcdl.store.folders import JobRecord
+
+    folder.mkdir()
+    records = [{"kind": "iteration", "epoch": 1, "iteration": i + 1, "loss": loss, "accuracy": 0.5}
+               for i, loss in enumerate(losses)]
+    records.append({"kind": "validation", "epoch": 1, "iteration": len(losses), "loss": losses[-1], "accuracy": 0.9})
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    manifest = {"id": folder.name, "plan": {"config": {}}, "sweep": {"id": "s", "num": num, "overrides": overrides}}
+    return JobRecord(folder, manifest, {}, "COMPLETED")
+
+
+def test_sweep_labels_name_only_the_overrides_that_vary_between_points() -> None:
+    from hpcdl.store.sweeps import varying_overrides
+
+    assert varying_overrides([["name=a", "lr=0.1", "epochs=2"], ["name=a", "lr=0.01", "epochs=2"]]) == \
+        ["lr=0.1", "lr=0.01"]
+    assert varying_overrides([["lr=0.1", "bs=8"], ["lr=0.1", "bs=16"], ["lr=0.2", "bs=8"]]) == \
+        ["lr=0.1 bs=8", "lr=0.1 bs=16", "lr=0.2 bs=8"]  # a grid: every key that takes several values
+    assert varying_overrides([["lr=0.1"], ["lr=0.1", "+seed=1"]]) == ["", "+seed=1"]  # one point lacks it
+    assert varying_overrides([["name=a", "lr=0.1"]]) == ["name=a lr=0.1"]  # a single point: all of its own
+
+
+def test_sweep_table_and_plot_legend_name_the_varying_overrides_outside_the_panels(tmp_path: Path) -> None:
+    from hpcdl.store.sweeps import SUMMARY_CSV, curves_figure, format_table, plot_curves, summary, write_csv
+
+    constant = ["name=digits", "training.max_epochs=2", "data.root=/a/long/path/to/the/data"]
+    points = [_point(tmp_path / f"s_{n}", n, [*constant, f"training.initial_learn_rate={rate}"],
+                     [1.0, 0.6 * rate * 10, 0.3]) for n, rate in enumerate((0.1, 0.05, 0.02))]
+    table = format_table(summary(points))
+    assert [line.split()[1] for line in table.splitlines()[1:]] == \
+        ["training.initial_learn_rate=0.1", "training.initial_learn_rate=0.05", "training.initial_learn_rate=0.02"]
+    assert "max_epochs" not in table and "data.root" not in table
+    write_csv(summary(points), tmp_path / SUMMARY_CSV)  # the CSV keeps each point's every override
+    assert "data.root=/a/long/path/to/the/data training.initial_learn_rate=0.05" in (tmp_path / SUMMARY_CSV).read_text()
+
+    figure = curves_figure(points)
+    legend, = figure.legends
+    assert [t.get_text() for t in legend.get_texts()] == \
+        ["training.initial_learn_rate=0.1", "training.initial_learn_rate=0.05", "training.initial_learn_rate=0.02"]
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    box = legend.get_window_extent(renderer)
+    for axes in figure.axes:
+        assert not box.overlaps(axes.get_window_extent(renderer)), axes.get_title()
+    assert plot_curves(points, tmp_path / "curves.png")
+    from matplotlib.image import imread
+
+    height, width = imread(tmp_path / "curves.png").shape[:2]
+    assert width > 1300 and height > 400  # the legend beside the panels (12 x 4.5 in at 100 dpi) is in the picture

@@ -58,6 +58,17 @@ class FrozenNet(torch.nn.Module):
         return self.frozen(x) + 0 * self.unused
 
 
+def test_progress_table_ends_with_the_last_iteration_and_its_validation(blobs, capsys) -> None:
+    """192 samples in batches of 20: 10 iterations an epoch, 30 in all; rows every 4th iteration end at 28."""
+    options = TrainingOptions(max_epochs=3, mini_batch_size=20, verbose_frequency=4, validation_frequency=100,
+                              execution_environment="cpu")
+    _, info = train_network(blobs, linear_model(), options, validation_data=blobs)
+    rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("|  ")][2:]
+    assert [int(row[2]) for row in rows] == [1, 4, 8, 12, 16, 20, 24, 28, 30]
+    assert rows[-1][5].strip() == f"{100 * info.final_validation['accuracy']:.2f}%"  # the final validation
+    assert info.history[-1]["total"] == 30
+
+
 def test_early_stop_fires_after_patience_validations_without_improvement(blobs) -> None:
     # the validation loss is the same float every time (no rounding can make it fall), and MATLAB's rule
     # counts a loss that is not below the best against the patience

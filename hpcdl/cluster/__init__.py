@@ -36,7 +36,8 @@ class Backend(Protocol):
     def live_states(self, records: list["JobRecord"]) -> Optional[dict[str, Optional[str]]]:
         """The scheduler's state of each job it still knows (by hpcdl id); None when it cannot be asked.
 
-        A job absent from the answer has ended; one mapped to None cannot be judged from here.
+        A job absent from the answer has ended; one mapped to None cannot be judged from here. A state may carry
+        the scheduler's detail after a space: why a job is pending ('PENDING Priority'), who cancelled it.
         """
 
     def cancel(self, record: "JobRecord") -> None:
@@ -44,6 +45,9 @@ class Backend(Protocol):
 
     def log_path(self, record: "JobRecord", rank: int, stream: str) -> Path:
         """Where rank ``rank``'s stdout or stderr is written."""
+
+    def display_id(self, record: "JobRecord") -> str:
+        """The scheduler's id of the job as a listing shows it: short, for people ('' before it has one)."""
 
 
 def backend_for(name: str) -> Backend:

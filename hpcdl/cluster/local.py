@@ -137,3 +137,8 @@ class LocalBackend:
         if plan.get("world_size", 1) > 1:
             return rank_log(record.folder / LOGS, rank, stream)
         return record.folder / LOGS / f"{stream}.log"
+
+    def display_id(self, record: JobRecord) -> str:
+        """'PID@HOSTNAME' of the job's process: its start time and the host's boot and namespace left out."""
+        number, _, where = (record.backend_id or "").partition("@")
+        return f"{number.split(':')[0]}@{where.split('/')[0]}" if where else number.split(":")[0]

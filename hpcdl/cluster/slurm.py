@@ -354,7 +354,8 @@ class SlurmBackend:
         return [point_ids[folder] for _, folder in points], ",".join(arrays)
 
     def live_states(self, records: list[JobRecord]) -> Optional[dict[str, str]]:
-        """Scheduler states from one squeue call (and one sacct call for jobs squeue no longer shows).
+        """Scheduler states from one squeue call (and one sacct call for jobs squeue no longer shows); a pending
+        job's with Slurm's reason after it ('PENDING Resources'), as sacct's 'CANCELLED by 0' has its detail.
 
         Returns None when Slurm cannot be asked at all; jobs missing from the answer have ended
         without the scheduler remembering how.
@@ -363,13 +364,15 @@ class SlurmBackend:
         for record in records:
             if record.backend_id:
                 ids.setdefault(record.backend_id, []).append(record.id)
-        try:  # -r: one line per array task, pending ones too
-            queue = _run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T"])
+        try:  # -r: one line per array task, pending ones too; %r: why a pending job waits
+            queue = _run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T|%r"])
         except SubmissionError:
             return None
         live: dict[str, str] = {}
         for line in queue.splitlines():
-            slurm_id, state = line.strip().split("|")
+            slurm_id, state, reason = line.strip().split("|", 2)
+            if state == "PENDING" and reason not in ("", "None"):
+                state = f"{state} {reason}"
             live.update({job: state for job in ids.get(slurm_id, [])})
         gone = [slurm_id for slurm_id, jobs in ids.items() if jobs[0] not in live]
         arrays = {slurm_id.split("_")[0] for slurm_id in gone if "_" in slurm_id}  # their never-started tasks
@@ -399,3 +402,7 @@ class SlurmBackend:
             return record.folder / LOGS / f"{stream}.log"
         suffix = "out" if stream == "stdout" else "err"
         return record.folder / "slurm" / f"{record.backend_id}_{rank}_log.{suffix}"
+
+    def display_id(self, record: JobRecord) -> str:
+        """Slurm's job id (a sweep's: its array ids)."""
+        return record.backend_id or ""

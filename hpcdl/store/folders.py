@@ -103,6 +103,8 @@ class JobRecord:
     status: dict[str, Any]
     state: str = "UNKNOWN"
     reason: str = ""
+    waiting_for: str = ""
+    """Why the scheduler keeps a PENDING job waiting, in its own word (Slurm's: Resources, Priority, ...)."""
 
     @property
     def id(self) -> str:

@@ -11,6 +11,7 @@ from hpcdl.store.job import Job
 from hpcdl.store.files import METRICS, REPORT_FIELDS
 from hpcdl.store.folders import JobRecord
 from hpcdl.store.safety import open_job_file
+from hpcdl.store.sweeps import is_sweep, points_done
 
 TAIL_BYTES = 65536
 
@@ -50,13 +51,14 @@ def progress(record: JobRecord, records: Optional[list[dict[str, Any]]] = None) 
                     accuracy=last.get("accuracy"), total=last.get("total"))
         if not trainer:
             view["metrics"] = {k: v for k, v in last.items() if k not in REPORT_FIELDS}
-        if last.get("total"):  # hpcdl.report(..., total=N) from the user's code
+        if last.get("total"):  # the trainer's iterations in all, or hpcdl.report(..., total=N) from the user's code
             view["fraction"] = min(1.0, last["iteration"] / last["total"])
         elif max_epochs:
             # the first iteration of an epoch after the first counts the iterations of those before it
             per_epoch = next(((r["iteration"] - 1) / (r["epoch"] - 1) for before, r in zip(iterations, iterations[1:])
                               if r["epoch"] > before["epoch"] and r["iteration"] > 1), None)
             if per_epoch:
+                view["total"] = round(per_epoch * max_epochs)
                 view["fraction"] = min(1.0, last["iteration"] / (per_epoch * max_epochs))
             else:
                 view["fraction"] = (last["epoch"] - 1) / max_epochs
@@ -66,6 +68,21 @@ def progress(record: JobRecord, records: Optional[list[dict[str, Any]]] = None) 
     if record.state == "COMPLETED":
         view["fraction"] = 1.0
     return view
+
+
+def progress_words(view: dict[str, Any]) -> str:
+    """Where a run is, in words: 'epoch 3 of 8, iteration 120 of 184 (65%); loss 0.4120, accuracy 87.5%, ...'."""
+    if "iteration" not in view:
+        return ""
+    epoch = f"epoch {view['epoch']} of {view['max_epochs']}, " if view.get("max_epochs") else ""
+    total = f" of {view['total']}" if view.get("total") else ""
+    done = f" ({100 * view['fraction']:.0f}%)" if view.get("fraction") is not None else ""
+    metrics = [] if view.get("loss") is None else [f"loss {view['loss']:.4f}"]
+    for name, key in (("accuracy", "accuracy"), ("validation accuracy", "validation_accuracy"),
+                      ("best", "best_validation_accuracy")):
+        if view.get(key) is not None:
+            metrics.append(f"{name} {100 * view[key]:.2f}%")
+    return f"{epoch}iteration {view['iteration']}{total}{done}" + (f"; {', '.join(metrics)}" if metrics else "")
 
 
 def progress_line(record: JobRecord, view: dict[str, Any], width: int = 24) -> str:
@@ -90,13 +107,16 @@ def progress_line(record: JobRecord, view: dict[str, Any], width: int = 24) -> s
     return " ".join(p for p in parts if p)
 
 
-def follow(job: Job, out: TextIO = sys.stdout, poll_s: float = 1.0) -> str:
-    """Show the job's progress until it ends; returns its final state."""
+def follow(job: Job, out: TextIO = sys.stdout, poll_s: float = 1.0, timeout: Optional[float] = None) -> str:
+    """Show the job's progress (a sweep's: k of N points done) until it ends; returns its final state.
+    TimeoutError once ``timeout`` seconds have passed."""
     live = out.isatty()
     last_line = ""
+    deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         record = job.refresh()
-        line = progress_line(record, progress(record))
+        line = f"{record.id} {record.state:<9s} {points_done(record)}" if is_sweep(record) \
+            else progress_line(record, progress(record))
         if line != last_line:
             print(("\r\033[K" + line) if live else line, end="" if live else "\n", file=out, flush=True)
             last_line = line
@@ -104,6 +124,10 @@ def follow(job: Job, out: TextIO = sys.stdout, poll_s: float = 1.0) -> str:
             if live:
                 print(file=out)
             return record.state
+        if deadline is not None and time.monotonic() > deadline:
+            if live:
+                print(file=out)
+            raise TimeoutError(f"job {record.id} still {record.state} after {timeout} s")
         time.sleep(poll_s)
 
 

@@ -17,7 +17,7 @@ from collections import defaultdict
 from hpcdl.cluster import backend_for
 from hpcdl.errors import FolderGoneError, HpcdlError
 from hpcdl.host import is_running
-from hpcdl.store.folders import DAMAGED, JobRecord, load_record
+from hpcdl.store.folders import DAMAGED, FINAL_STATES, JobRecord, load_record
 from hpcdl.store.status import write_final
 from hpcdl.store.sweeps import is_sweep, load_points, runs_under_runner, settle
 
@@ -27,6 +27,9 @@ SCHEDULER_FINAL = {"TIMEOUT": "TIMEOUT", "OUT_OF_MEMORY": "OUT_OF_MEMORY", "NODE
                    "BOOT_FAIL": "NODE_FAIL", "FAILED": "FAILED", "COMPLETED": "FAILED"}
 QUEUED_AGAIN = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
 """Slurm's states of a job it has queued again after a run (a job that ran says so in its status.json)."""
+STATES = (SUBMITTING, "PENDING", "RUNNING", *FINAL_STATES, DAMAGED, "UNKNOWN",
+          "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD")
+"""The states a job is listed in: hpcdl's own, then the scheduler's rarer open ones."""
 
 
 def resolve_states(records: list[JobRecord]) -> None:
@@ -95,10 +98,11 @@ def _still_submitting(record: JobRecord) -> bool:
 def _resolve(record: JobRecord, scheduler_state: str | None) -> None:
     own = record.status.get("state")
     if scheduler_state is not None and scheduler_state.split()[0] not in SCHEDULER_FINAL:
-        if scheduler_state == "RUNNING" and own is None and runs_under_runner(record):
-            scheduler_state = "PENDING"  # its runner runs, the point waits for a slot
-        record.state = scheduler_state
-        if own in ("RUNNING", "REQUEUED") and scheduler_state in QUEUED_AGAIN:
+        state, _, detail = scheduler_state.partition(" ")  # 'PENDING Resources': why it waits
+        if state == "RUNNING" and own is None and runs_under_runner(record):
+            state, detail = "PENDING", "a runner slot"  # its runner runs, the point waits for a slot
+        record.state, record.waiting_for = state, detail
+        if own in ("RUNNING", "REQUEUED") and state in QUEUED_AGAIN:
             record.reason = "queued again: it goes on from its newest checkpoint"
         return
     if scheduler_state is not None:

@@ -77,6 +77,10 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
         raise
     _announce(launcher.sweep, records, launcher.wait)
     finished = _follow(records, launcher.poll_s) if launcher.wait else [None] * len(records)
+    if launcher.wait and own_app:  # python -m hpcdl.submit -m ... wait=true ends with the points' table
+        from hpcdl.store.sweeps import format_table, summary
+
+        print(format_table(summary(finished)), flush=True)
     return [_job_return(JobReturn, point, cfg, record) for point, cfg, record in zip(ready, configs, finished)]
 
 
@@ -233,7 +237,7 @@ def _follow(records: list[JobRecord], poll_s: float) -> list[JobRecord]:
         resolve_states(fresh)
         counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(r.state for r in fresh).items()))
         if counts != last:
-            log.info(f"sweep points: {counts}")
+            log.info(f"sweep points: {sum(r.final for r in fresh)} of {len(fresh)} done ({counts})")
             last = counts
         if all(r.final for r in fresh):
             return fresh

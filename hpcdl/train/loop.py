@@ -264,7 +264,8 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
         if resumed and context.lead:  # in the log even when quiet: where the run went on from
             print(f"Resumed from the checkpoint of iteration {state.iteration} in {settings.checkpoint_path}",
                   flush=True)
-        progress = Progress(options, settings, info, callbacks, state.elapsed_before)
+        progress = Progress(options, settings, info, callbacks, state.elapsed_before,
+                            total=per_epoch * options.max_epochs)
         loader = BatchLoader(train_set, device, memory_format, options.dispatch_in_background,
                              options.num_workers, options.prefetch_factor, state.shuffle_seed,
                              gpu_decode=use_gpu_decode(options.gpu_decode, train_set, device),

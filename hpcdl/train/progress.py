@@ -43,7 +43,8 @@ class TrainingInfo:
     """What train_network returns beside the network: every record, and how training ended."""
 
     history: list[Record] = field(default_factory=list)
-    """One record per iteration: epoch, iteration, time_s, loss, accuracy, learn_rate, samples_per_s, data_wait_s."""
+    """One record per iteration: epoch, iteration, total (iterations of the whole run), time_s, loss, accuracy,
+    learn_rate, samples_per_s, data_wait_s."""
     validation_history: list[Record] = field(default_factory=list)
     """One record per validation: epoch, iteration, time_s, loss, accuracy."""
     stop_reason: str = ""
@@ -108,7 +109,9 @@ class Progress:
     """Collects step results and turns them into records, table rows, files and callback calls."""
 
     def __init__(self, options: TrainingOptions, settings: RunSettings, info: TrainingInfo,
-                 callbacks: Sequence[Callback], elapsed_before: float = 0.0, out: Optional[TextIO] = None) -> None:
+                 callbacks: Sequence[Callback], elapsed_before: float = 0.0, out: Optional[TextIO] = None,
+                 total: Optional[int] = None) -> None:
+        self.total = total  # iterations of the whole run (max_epochs of them), in each record for `jobs` to show
         self.verbose, self.verbose_frequency, self.plots = settings.verbose, options.verbose_frequency, settings.plots
         self.info, self.callbacks = info, list(callbacks)
         self.out = out or sys.stdout
@@ -117,6 +120,7 @@ class Progress:
         self.last_time = self.start
         self.last_plot = 0.0
         self.header_printed = False
+        self.last_row = 0
         self.folder = settings.output_dir
         if self.folder:
             make_folder(self.folder)
@@ -175,7 +179,8 @@ class Progress:
             loss, hits = p.values.tolist()
             waited = p.wait.seconds() if p.wait is not None else 0.0
             self.info.data_wait_s += waited
-            record = {"kind": "iteration", "epoch": p.epoch, "iteration": p.iteration, "time_s": round(p.time_s, 4),
+            record = {"kind": "iteration", "epoch": p.epoch, "iteration": p.iteration, "total": self.total,
+                      "time_s": round(p.time_s, 4),
                       "loss": loss, "accuracy": hits / p.count if p.has_accuracy else None,
                       "learn_rate": p.learn_rate,
                       "samples_per_s": p.count / max(p.time_s - (self.last_time - self.start), 1e-9),
@@ -204,6 +209,7 @@ class Progress:
             print(HEADER, file=self.out)
             self.header_printed = True
         v = validation or {}
+        self.last_row = record["iteration"]
         print(f"| {record['epoch']:7d} | {record['iteration']:11d} | {_clock(record['time_s']):>14s} | "
               f"{_pct(record['accuracy']):>12s} | {_pct(v.get('accuracy')):>12s} | {_num(record['loss']):>12s} | "
               f"{_num(v.get('loss')):>12s} | {record['learn_rate']:15.4e} |", file=self.out, flush=True)
@@ -216,9 +222,15 @@ class Progress:
         write_progress_plot(self.folder / PLOT, self.info)
 
     def finish(self, reason: str) -> None:
-        """Flush everything, note why training stopped, draw the final plot, close the metrics file."""
+        """Flush everything, print the last iteration's row (with its validation) unless it was printed, note why
+        training stopped, draw the final plot, close the metrics file."""
         self.flush()
         self.info.stop_reason = reason
+        last = self.info.history[-1] if self.info.history else None
+        if self.verbose and last is not None and last["iteration"] != self.last_row:
+            validations = self.info.validation_history
+            self.print_row(last, validations[-1] if validations and validations[-1]["iteration"] == last["iteration"]
+                           else None)
         if self.verbose:
             print(f"Training finished: {reason}", file=self.out, flush=True)
         self.plot()
