@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -291,3 +292,19 @@ def test_a_bad_launcher_setting_in_a_users_app_is_one_error_line(store: Path, tm
     assert done.stderr.startswith("error: hydra.launcher ") and done.stderr.count("\n") == 1, done.stderr
     assert message in done.stderr
     assert job_folders(store) == []
+
+
+def test_a_waiting_sweep_interrupted_cancels_its_points(store: Path, tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("x: 0\n")
+    (tmp_path / "app.py").write_text(
+        "import time\n\nimport hydra\n\n\n@hydra.main(version_base=None, config_path='.', config_name='config')\n"
+        "def main(cfg):\n    time.sleep(120)\n\n\nif __name__ == '__main__':\n    main()\n")
+    app = subprocess.Popen([sys.executable, "app.py", "-m", "hydra/launcher=hpcdl", "hydra.launcher.wait=true",
+                            "x=1,2"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    submitted = app.stdout.readline()
+    sweep = re.search(r"Submitted sweep (\S+):", submitted).group(1)
+    app.send_signal(signal.SIGINT)  # Ctrl-C while it waits
+    _, stderr = app.communicate(timeout=60)
+    assert app.returncode != 0 and f"cancelling sweep {sweep}" in stderr, stderr
+    assert Job.attach(sweep).wait(timeout=60) == "CANCELLED"
+    assert {load_record(store / f"{sweep}_{i}").state for i in range(2)} == {"CANCELLED"}

@@ -23,7 +23,7 @@ from hpcdl.store.folders import JobRecord, read_json, remove_job_folder
 from hpcdl.store.safety import load_pickle
 from hpcdl.sweep.hydra_task import run_point
 from hpcdl.sweep.submit import Sweep, SweepOptions, SweepPoint, add_points, open_sweep
-from hpcdl.sweep.waiting import follow_points, sweeper_target, waits_for_results
+from hpcdl.sweep.waiting import cancelled_if_interrupted, follow_points, sweeper_target, waits_for_results
 
 def own_app_task(script_args: Sequence[str], command: Sequence[str]) -> Callable[[Any], None]:
     """The task function of hpcdl's own app (``python -m hpcdl.submit -m``): never called, for the launcher
@@ -72,8 +72,9 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
             remove_job_folder(launcher.sweep.folder)
             launcher.sweep = None
         raise
-    _announce(launcher.sweep, records, waiting)
-    finished = follow_points(launcher.sweep.folder, records, launcher.poll_s) if waiting else [None] * len(records)
+    with cancelled_if_interrupted(launcher.sweep.folder, waiting):
+        _announce(launcher.sweep, records, waiting)
+        finished = follow_points(records, launcher.poll_s) if waiting else [None] * len(records)
     return [_job_return(JobReturn, point, cfg, record) for point, cfg, record in zip(ready, configs, finished)]
 
 

@@ -8,12 +8,13 @@ the scheduler is asked every ``poll_s`` for points that ended without saying so 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from hpcdl.errors import ConfigError
 from hpcdl.store.files import FINAL
@@ -36,22 +37,24 @@ def waits_for_results(wait: Optional[bool], sweeper_target: str) -> bool:
     return needs_results if wait is None else wait
 
 
-def follow_points(sweep_folder: Path, records: list[JobRecord], poll_s: float) -> list[JobRecord]:
-    """Wait until every point has ended; their fresh records, in order. Interrupted (Ctrl-C, an error), the
-    sweep is cancelled: no point runs on unseen."""
+@contextlib.contextmanager
+def cancelled_if_interrupted(sweep_folder: Path, waiting: bool) -> Iterator[None]:
+    """While a waiting launcher has points out: interrupted (Ctrl-C, an error), it cancels the sweep, so that no
+    point runs on unseen after its sweeper ended."""
     try:
-        return _follow(records, poll_s)
+        yield
     except BaseException:
-        from hpcdl.store.job import Job
-
-        sweep = load_record(sweep_folder)
+        sweep = load_record(sweep_folder) if waiting else None
         if sweep is not None:
+            from hpcdl.store.job import Job
+
             print(f"cancelling sweep {sweep.id}: its points that have not ended", file=sys.stderr, flush=True)
             Job(sweep).cancel()
         raise
 
 
-def _follow(records: list[JobRecord], poll_s: float) -> list[JobRecord]:
+def follow_points(records: list[JobRecord], poll_s: float) -> list[JobRecord]:
+    """Wait until every point has ended; their fresh records, in order."""
     from hpcdl.store.states import resolve_states
 
     fresh = list(records)
