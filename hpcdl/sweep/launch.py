@@ -25,6 +25,7 @@ from hpcdl.sweep.hydra_task import run_point
 from hpcdl.sweep.submit import Sweep, SweepOptions, SweepPoint, add_points, open_sweep
 from hpcdl.sweep.waiting import cancelled_if_interrupted, follow_points, sweeper_target, waits_for_results
 
+
 def own_app_task(script_args: Sequence[str], command: Sequence[str]) -> Callable[[Any], None]:
     """The task function of hpcdl's own app (``python -m hpcdl.submit -m``): never called, for the launcher
     submits each point as an hpcdl job; it carries the arguments after ``--`` for a script's points, and

@@ -9,9 +9,9 @@ the points and returns each one's JobReturn to Hydra. A bad setting is one ``err
 Discovery imports this module: it imports neither torch nor the rest of hpcdl.
 """
 
-from dataclasses import dataclass, field
 import os
 import sys
+from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
