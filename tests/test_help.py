@@ -11,6 +11,7 @@ import typing
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hpcdl.config import AugmentationConfig, ClusterConfig, Config, DataConfig, ModelConfig, NetworkConfig
 from hpcdl.config import TrainingOptions
@@ -91,6 +92,15 @@ def test_cfg_job_prints_the_composed_config_and_runs_nothing(tmp_path: Path, mod
     assert done.returncode == 0, done.stderr
     assert "  max_epochs: 3\n" in done.stdout and "  backend: slurm\n" in done.stdout
     assert not list(tmp_path.iterdir())  # no run folder, no job store
+
+
+def test_cfg_job_shows_a_users_network_with_its_arguments_and_no_built_in_options(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert help_or_cfg(["--cfg", "job", "model._target_=torch.nn.Linear", "+model.in_features=4",
+                        "+model.out_features=3", "data=folder", "data.root=/tmp"], "usage: test") == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["model"] == {"_target_": "torch.nn.Linear", "in_features": 4, "out_features": 3}
+    assert shown["data"]["root"] == "/tmp" and "args" not in shown["data"]
 
 
 @pytest.mark.parametrize(("args", "message"), [

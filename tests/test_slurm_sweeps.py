@@ -13,6 +13,7 @@ import pytest
 from hydra.test_utils.launcher_common_tests import IntegrationTestSuite, LauncherTestSuite
 
 from tests.test_slurm import _cli, slurm_cluster  # noqa: F401 - the fixture
+from tests.test_sweeps import optuna_app, optuna_study
 
 pytestmark = pytest.mark.slurm
 ON_SLURM = ["hydra.launcher.cluster=slurm", "hydra.launcher.wait=true", "hydra.launcher.poll_s=0.5"]
@@ -145,3 +146,15 @@ def test_packed_points_share_an_array_task_and_run_there_at_once(store: Path) ->
     for first, second in ((0, 1), (2, 3)):  # the two points of a task overlapped: they ran at once
         assert spans[first][0] < spans[second][1] and spans[second][0] < spans[first][1], spans
     assert "4/4 done: 4 COMPLETED" in _cli("hpcdl.jobs", "list").stdout
+
+
+def test_an_optuna_study_on_slurm_gets_its_trials_values_without_a_wait_setting(store: Path, tmp_path: Path) -> None:
+    done, results = optuna_study(optuna_app(tmp_path), "hydra.launcher.cluster=slurm")
+    assert done.returncode == 0, done.stderr
+    sweep = re.search(r"Submitted sweep (\S+):", done.stdout).group(1)
+    assert "4/4 done: 4 COMPLETED" in _cli("hpcdl.jobs", "list").stdout
+    shown = _cli("hpcdl.jobs", "show", sweep).stdout
+    tried = [int(x) for x in re.findall(r"^\d+\s+x=(\d+)\s+COMPLETED", shown, re.M)]
+    assert len(tried) == 4, shown
+    assert results["best_value"] == min((x - 3) ** 2 for x in tried), (tried, results)
+    assert "Failed experiment" not in done.stderr + done.stdout

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -282,3 +283,95 @@ def test_sweep_table_and_plot_legend_name_the_varying_overrides_outside_the_pane
 
     height, width = imread(tmp_path / "curves.png").shape[:2]
     assert width > 1300 and height > 400  # the legend beside the panels (12 x 4.5 in at 100 dpi) is in the picture
+
+
+OPTUNA_APP = '''
+import hydra
+
+
+@hydra.main(version_base=None, config_path=".", config_name="config")
+def main(cfg):
+    return (cfg.x - 3) ** 2
+'''
+OPTUNA_CONFIG = """
+defaults:
+  - override hydra/sweeper: optuna
+  - _self_
+x: 0
+hydra:
+  sweeper:
+    sampler:
+      seed: 0
+    direction: minimize
+    n_trials: 4
+    n_jobs: 2
+    params:
+      x: choice(1, 3, 6)
+"""
+
+
+def optuna_app(folder: Path) -> Path:
+    """A @hydra.main app under Hydra's Optuna sweeper: 4 trials of x in 1, 3, 6, value (x - 3)^2."""
+    (folder / "config.yaml").write_text(OPTUNA_CONFIG)
+    (folder / "app.py").write_text(OPTUNA_APP + "\n\nif __name__ == '__main__':\n    main()\n")
+    return folder / "app.py"
+
+
+def optuna_study(app: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run the study with hydra/launcher=hpcdl; the command and its optimization_results.yaml (empty if none)."""
+    done = subprocess.run([sys.executable, app.name, "-m", "hydra/launcher=hpcdl", "hydra.sweep.dir=study",
+                           *overrides], cwd=app.parent, capture_output=True, text=True, timeout=300)
+    results = app.parent / "study" / "optimization_results.yaml"
+    return done, yaml.safe_load(results.read_text()) if results.is_file() else {}
+
+
+def test_an_optuna_study_gets_its_trials_values_without_a_wait_setting(store: Path, tmp_path: Path) -> None:
+    done, results = optuna_study(optuna_app(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "Failed experiment" not in done.stderr + done.stdout, done.stderr
+    sweep = re.search(r"Submitted sweep (\S+):", done.stdout).group(1)
+    points = [load_record(store / f"{sweep}_{i}") for i in range(4)]
+    assert {p.state for p in points} == {"COMPLETED"}  # every trial had ended when the study did
+    tried = [int(p.manifest["sweep"]["overrides"][0].partition("=")[2]) for p in points]
+    assert results["best_value"] == min((x - 3) ** 2 for x in tried), (tried, results)
+
+
+def test_an_optuna_study_told_not_to_wait_is_refused_before_anything_is_submitted(store: Path,
+                                                                                  tmp_path: Path) -> None:
+    done, _ = optuna_study(optuna_app(tmp_path), "hydra.launcher.wait=false")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("error: hydra.launcher.wait=false: the sweeper "), done.stderr
+    assert "set hydra.launcher.wait=true" in done.stderr
+    assert job_folders(store) == []
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["+hydra.launcher.resources.cpus_per_task=-3"], "cluster.cpus_per_task: must be a positive integer or null"),
+    (["hydra.launcher.cluster=slurmm"], "cluster=slurmm: no such option in group cluster (did you mean slurm?)"),
+])
+def test_a_bad_launcher_setting_in_a_users_app_is_one_error_line(store: Path, tmp_path: Path,
+                                                                 overrides: list[str], message: str) -> None:
+    (tmp_path / "config.yaml").write_text("x: 0\n")
+    (tmp_path / "app.py").write_text(OPTUNA_APP + "\n\nif __name__ == '__main__':\n    main()\n")
+    done = subprocess.run([sys.executable, "app.py", "-m", "hydra/launcher=hpcdl", "x=1,2", *overrides],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: hydra.launcher ") and done.stderr.count("\n") == 1, done.stderr
+    assert message in done.stderr
+    assert job_folders(store) == []
+
+
+def test_a_waiting_sweep_interrupted_cancels_its_points(store: Path, tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("x: 0\n")
+    (tmp_path / "app.py").write_text(
+        "import time\n\nimport hydra\n\n\n@hydra.main(version_base=None, config_path='.', config_name='config')\n"
+        "def main(cfg):\n    time.sleep(120)\n\n\nif __name__ == '__main__':\n    main()\n")
+    app = subprocess.Popen([sys.executable, "app.py", "-m", "hydra/launcher=hpcdl", "hydra.launcher.wait=true",
+                            "x=1,2"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    submitted = app.stdout.readline()
+    sweep = re.search(r"Submitted sweep (\S+):", submitted).group(1)
+    app.send_signal(signal.SIGINT)  # Ctrl-C while it waits
+    _, stderr = app.communicate(timeout=60)
+    assert app.returncode != 0 and f"cancelling sweep {sweep}" in stderr, stderr
+    assert Job.attach(sweep).wait(timeout=60) == "CANCELLED"
+    assert {load_record(store / f"{sweep}_{i}").state for i in range(2)} == {"CANCELLED"}

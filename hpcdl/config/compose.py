@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import os
 import typing
@@ -157,7 +158,26 @@ def config_error(error: BaseException) -> ConfigError:
     """The ConfigError to raise for a Hydra or OmegaConf error: the section's own, or a clear message."""
     if isinstance(error.__cause__, ConfigError):
         return error.__cause__
-    return ConfigError(_unknown_key(error) or _describe(error))
+    return ConfigError(_unknown_key(error) or _missing_choice(error) or _describe(error))
+
+
+def _missing_choice(error: BaseException) -> Optional[str]:
+    """A clear message, with a close match, when ``error`` (or its cause) is Hydra's missing group option."""
+    from hydra.errors import MissingConfigException
+
+    while error is not None:
+        if isinstance(error, MissingConfigException) and error.options and "/" in (error.missing_cfg_file or ""):
+            group, _, name = str(error.missing_cfg_file).rpartition("/")
+            return choice_message(group, name, [o for o in error.options if o != "schema"])
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def choice_message(group: str, name: str, choices: Sequence[str]) -> str:
+    """The message for a config group option that does not exist: a close match and every option."""
+    close = difflib.get_close_matches(name, choices, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"{group}={name}: no such option in group {group}{hint}; options: {', '.join(choices)}"
 
 
 def _describe(error: BaseException) -> str:

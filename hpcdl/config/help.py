@@ -19,9 +19,10 @@ import typing
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from hpcdl.config.compose import CONF_DIR, compose_config, user_config_dirs
+from hpcdl.config.compose import CONF_DIR, compose_config, default_target, user_config_dirs
 from hpcdl.config.fields import type_name
 from hpcdl.config.root import Config
+from hpcdl.config.targets import TARGET, TARGET_SECTIONS
 from hpcdl.errors import HpcdlError
 
 ROOT = "config"  # the root section ("") in headings and README markers
@@ -174,8 +175,22 @@ def help_or_cfg(argv: Sequence[str], usage: str) -> Optional[int]:
     else:
         from omegaconf import OmegaConf
 
-        print(OmegaConf.to_yaml(OmegaConf.structured(config)), end="")
+        print(OmegaConf.to_yaml(applying(config)), end="")
     return 0
+
+
+def applying(config: Config) -> dict[str, Any]:
+    """``config`` as a dict of what applies: a section with the user's ``_target_`` holds the target, the keys
+    it keeps beside one and the target's arguments, not the built-in's options; a built-in one has no args."""
+    shown = dataclasses.asdict(config)
+    for name in TARGET_SECTIONS:
+        section = getattr(config, name)
+        if section._target_ == default_target(type(section)):
+            shown[name].pop("args")
+        else:
+            kept = getattr(section, "KEPT_WITH_TARGET", ())
+            shown[name] = {TARGET: section._target_, **{k: shown[name][k] for k in kept}, **section.args}
+    return shown
 
 
 def main(argv: list[str]) -> int:

@@ -2,31 +2,28 @@
 
 Two kinds of app: hpcdl's own (``python -m hpcdl.submit -m``), whose points are hpcdl jobs composed and
 checked like any submit (built-in trainer or the user's entry/script); and a user's ``@hydra.main`` app,
-whose points run its task function on the cluster through Hydra's run_job. By default ``launch`` returns
-as soon as the scheduler has the points (each JobReturn holds its point's job id); with ``wait`` it follows them and
-returns each point's JobReturn, FAILED ones with their error, as result-driven sweepers need.
+whose points run its task function on the cluster through Hydra's run_job. Under Hydra's basic sweeper
+``launch`` returns as soon as the scheduler has the points (each JobReturn holds its point's job id); with
+``wait``, or a sweeper that needs results (hpcdl.sweep.waiting), it follows them and returns each point's
+JobReturn, FAILED ones with their error.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections import Counter
-import logging
 import os
 import sys
-import time
 from typing import Any, Callable, Optional, Sequence
 
-from hpcdl.errors import JobFailedError
+from hpcdl.errors import ConfigError, JobFailedError
 from hpcdl.plan import JobPlan, resolve, resolve_function
 from hpcdl.store.files import FUNCTION_RESULT, RESULT
 from hpcdl.store.folders import JobRecord, read_json, remove_job_folder
 from hpcdl.store.safety import load_pickle
 from hpcdl.sweep.hydra_task import run_point
 from hpcdl.sweep.submit import Sweep, SweepOptions, SweepPoint, add_points, open_sweep
-
-log = logging.getLogger(__name__)
+from hpcdl.sweep.waiting import cancelled_if_interrupted, follow_points, sweeper_target, waits_for_results
 
 
 def own_app_task(script_args: Sequence[str], command: Sequence[str]) -> Callable[[Any], None]:
@@ -51,7 +48,8 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
     config = launcher.config
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     own_app = hasattr(launcher.task_function, "hpcdl_script_args")
-    profile = None if own_app else _profile(launcher.cluster, launcher.resources)
+    waiting = waits_for_results(launcher.wait, sweeper_target(config))
+    profile = None if own_app else _launcher_profile(launcher)
     points, configs = [], []
     for index, overrides in enumerate(job_overrides):
         num = initial_job_idx + index
@@ -75,9 +73,10 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
             remove_job_folder(launcher.sweep.folder)
             launcher.sweep = None
         raise
-    _announce(launcher.sweep, records, launcher.wait)
-    finished = _follow(records, launcher.poll_s) if launcher.wait else [None] * len(records)
-    if launcher.wait and own_app:  # python -m hpcdl.submit -m ... wait=true ends with the points' table
+    with cancelled_if_interrupted(launcher.sweep.folder, waiting):
+        _announce(launcher.sweep, records, waiting)
+        finished = follow_points(records, launcher.poll_s) if waiting else [None] * len(records)
+    if waiting and own_app:  # python -m hpcdl.submit -m ... wait=true ends with the points' table
         from hpcdl.store.sweeps import format_table, summary
 
         print(format_table(summary(finished)), flush=True)
@@ -150,13 +149,23 @@ def _share_task(launcher: Any, sweep: Sweep, first_num: int) -> str:
     return name
 
 
+def _launcher_profile(launcher: Any) -> Any:
+    """The cluster profile of a user app's points, composed at the launcher's first batch."""
+    if getattr(launcher, "profile", None) is None:
+        launcher.profile = _profile(launcher.cluster, launcher.resources)
+    return launcher.profile
+
+
 def _profile(cluster: str, resources: dict[str, Any]) -> Any:
     """The cluster profile ``cluster`` with ``resources`` (cluster.KEY values) for a user app's points."""
     from hpcdl.config.compose import compose_config
 
     overrides = [f"cluster={cluster}"] + [f"cluster.{k}={json.dumps(v)}" for k, v in resources.items()]
-    with _hydra_set_aside():
-        return compose_config(overrides).cluster
+    try:
+        with _hydra_set_aside():
+            return compose_config(overrides).cluster
+    except ConfigError as e:
+        raise ConfigError(f"hydra.launcher (cluster={cluster}, resources={resources}): {e}") from e
 
 
 def _own_plan(sweep_config: Any, script_args: Sequence[str]) -> JobPlan:
@@ -224,24 +233,6 @@ def _announce(sweep: Sweep, records: list[JobRecord], waiting: bool) -> None:
           f"  points:   python -m hpcdl.jobs show {sweep.id}\n"
           f"  results:  python -m hpcdl.jobs fetch {sweep.id}"
           + ("" if waiting else f"\n  wait:     python -m hpcdl.jobs wait {sweep.id}"), flush=True)
-
-
-def _follow(records: list[JobRecord], poll_s: float) -> list[JobRecord]:
-    """Wait until every point has ended; their fresh records, in order."""
-    from hpcdl.store.folders import load_record
-    from hpcdl.store.states import resolve_states
-
-    last = ""
-    while True:
-        fresh = [load_record(r.folder) or r for r in records]
-        resolve_states(fresh)
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(r.state for r in fresh).items()))
-        if counts != last:
-            log.info(f"sweep points: {sum(r.final for r in fresh)} of {len(fresh)} done ({counts})")
-            last = counts
-        if all(r.final for r in fresh):
-            return fresh
-        time.sleep(poll_s)
 
 
 def _job_return(job_return: type, point: SweepPoint, sweep_config: Any, record: Optional[JobRecord]) -> Any:

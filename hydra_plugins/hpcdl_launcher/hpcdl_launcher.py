@@ -3,11 +3,14 @@
     python my_app.py -m hydra/launcher=hpcdl hydra.launcher.cluster=slurm lr=0.1,0.01 seed=1,2,3
     python -m hpcdl.submit -m training.learn_rate=0.1,0.01     # hpcdl's own app: this launcher by default
 
-By default the sweep returns as soon as the scheduler has every point (the sweep id is printed);
-``hydra.launcher.wait=true`` follows the points and returns each one's JobReturn to Hydra.
+Under Hydra's basic sweeper the sweep returns as soon as the scheduler has every point (the sweep id is
+printed); a sweeper that needs results (Optuna, Nevergrad, Ax, ...) or ``hydra.launcher.wait=true`` follows
+the points and returns each one's JobReturn to Hydra. A bad setting is one ``error:`` line, exit status 2.
 Discovery imports this module: it imports neither torch nor the rest of hpcdl.
 """
 
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Sequence
 
@@ -24,15 +27,17 @@ class HpcdlLauncherConf:
     """The hpcdl cluster profile a user app's points run on (hpcdl's own app: each point's cluster section)."""
     resources: Dict[str, Any] = field(default_factory=dict)
     """cluster.KEY values over that profile's, e.g. {time: "00:10:00", gpus_per_node: 1}."""
-    wait: bool = False
-    """Block until every point ended and return their JobReturns (result-driven sweepers need it)."""
+    wait: Optional[bool] = None
+    """Block until every point ended and return their JobReturns; null: only for a sweeper that needs results
+    (any but Hydra's basic one)."""
     parallelism: Optional[int] = None
     """Slurm: at most this many tasks of each array at once (--array=...%k); locally: this many points at once.
     Default: as many as fit."""
     points_per_task: int = 1
     """Points packed into one Slurm array task, run there one per GPU (or CPU slot) at once."""
     poll_s: float = 2.0
-    """With wait: seconds between looks at the points' states."""
+    """With wait: at most this many seconds between looks at the points' folders, and between asking the
+    scheduler for points that ended without recording it."""
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="hpcdl", node=HpcdlLauncherConf, provider="hpcdl")
@@ -41,7 +46,7 @@ ConfigStore.instance().store(group="hydra/launcher", name="hpcdl", node=HpcdlLau
 class HpcdlLauncher(Launcher):
     """Hydra's Launcher interface over hpcdl's sweep submission (hpcdl.sweep.launch)."""
 
-    def __init__(self, cluster: str = "local", resources: Optional[Dict[str, Any]] = None, wait: bool = False,
+    def __init__(self, cluster: str = "local", resources: Optional[Dict[str, Any]] = None, wait: Optional[bool] = None,
                  parallelism: Optional[int] = None, points_per_task: int = 1, poll_s: float = 2.0) -> None:
         from omegaconf import OmegaConf
 
@@ -53,6 +58,7 @@ class HpcdlLauncher(Launcher):
         self.hydra_context: Any = None
         self.task_function: Any = None
         self.sweep: Any = None
+        self.profile: Any = None
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
         from hpcdl.sweep.launch import remember_sweep_configs
@@ -61,6 +67,13 @@ class HpcdlLauncher(Launcher):
         remember_sweep_configs(hydra_context.config_loader)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[Any]:
+        from hpcdl.errors import HpcdlError
         from hpcdl.sweep.launch import launch
 
-        return launch(self, job_overrides, initial_job_idx)
+        try:
+            return launch(self, job_overrides, initial_job_idx)
+        except HpcdlError as e:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":  # hpcdl.submit -m sets it: it reports the error itself
+                raise
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from e
