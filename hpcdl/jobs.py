@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fnmatch
+import io
 import json
 import os
 import sys
@@ -24,6 +25,7 @@ from hpcdl.errors import HpcdlError
 
 if TYPE_CHECKING:
     from hpcdl.store.folders import JobRecord
+    from hpcdl.store.job import Job
 
 
 def _clock(seconds: float) -> str:
@@ -125,8 +127,7 @@ def _show_sweep(folder: Path) -> int:
 
     sweep, points = _sweep_points(folder)
     if sweep.state == DAMAGED:
-        print(f"job       {sweep.id}\nstate     {DAMAGED}  ({sweep.reason})\nfolder    {sweep.folder}")
-        return 1
+        return _show_damaged(sweep.id, sweep.reason, sweep.folder)
     m = sweep.manifest
     print(f"sweep     {sweep.id}  ('{m['name']}', {len(m['points'])} points)\n"
           f"state     {sweep.state}  ({sweep.reason})\n"
@@ -138,19 +139,39 @@ def _show_sweep(folder: Path) -> int:
     return 0
 
 
-def cmd_show(args: argparse.Namespace) -> int:
+def _show_damaged(job_id: str, reason: str, folder: Path) -> int:
     from hpcdl.store.folders import DAMAGED
-    from hpcdl.store.follow import progress
+
+    print(f"job       {job_id}\nstate     {DAMAGED}  ({reason})\nfolder    {folder}")
+    return 1
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """Everything known of a job; DAMAGED with the reason when a record's content is not of the shape written
+    (the whole text is composed first: a damaged record prints no half of it)."""
     from hpcdl.store.job import Job
-    from hpcdl.store.sweeps import SWEEP
 
     job = Job.attach(args.id)
+    text = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(text):
+            code = _show(job)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return _show_damaged(job.id, f"unexpected content: {type(e).__name__}: {e}", job.folder)
+    print(text.getvalue(), end="")
+    return code
+
+
+def _show(job: "Job") -> int:
+    from hpcdl.store.folders import DAMAGED
+    from hpcdl.store.follow import progress
+    from hpcdl.store.sweeps import SWEEP
+
     if job.manifest.get("kind") == SWEEP:  # its points resolved once, with the sweep's state from theirs
         return _show_sweep(job.folder)
     record = job.refresh()
     if record.state == DAMAGED:
-        print(f"job       {record.id}\nstate     {DAMAGED}  ({record.reason})\nfolder    {record.folder}")
-        return 1
+        return _show_damaged(record.id, record.reason, record.folder)
     m = record.manifest
     print(f"job       {record.id}  ({m['kind']} '{m['name']}')\n"
           f"state     {record.state}{'  (' + record.reason + ')' if record.reason else ''}\n"

@@ -263,6 +263,35 @@ def test_a_damaged_record_is_listed_as_damaged_and_the_others_still_are(store: P
     assert shown.returncode == 1 and "DAMAGED" in shown.stdout and "Traceback" not in shown.stderr
 
 
+@pytest.mark.parametrize(("file", "content", "reason"), [
+    ("status.json", {"state": "RUNNING", "events": 5}, "TypeError: 'int' object is not iterable"),
+    ("status.json", {"state": "RUNNING", "events": [{"at": 1}]}, "KeyError: 'event'"),
+    ("manifest.json", None, "TypeError: string indices must be integers"),
+])
+def test_show_of_a_record_of_the_wrong_shape_says_damaged_with_the_reason(store: Path, file: str, content: Any,
+                                                                          reason: str) -> None:
+    bad = _fake_job(store, "b-bad", "1:1@elsewhere", "elsewhere", state="RUNNING")
+    if content is None:  # valid JSON, a field of the wrong type
+        manifest = json.loads((bad / file).read_text())
+        content = {**manifest, "submitted_from": "elsewhere"}
+    write_json(bad / file, content)
+    shown = _cli("hpcdl.jobs", "show", "b-bad")
+    assert shown.returncode == 1 and "Traceback" not in shown.stderr, shown.stderr
+    job, state, folder = shown.stdout.splitlines()  # nothing of the half-composed text
+    assert job == "job       b-bad" and folder == f"folder    {bad}"
+    assert state.startswith(f"state     DAMAGED  (unexpected content: {reason}"), state
+
+
+def test_a_fifo_named_status_json_is_damaged_not_a_regular_file_and_never_blocks(store: Path) -> None:
+    bad = _fake_job(store, "b-bad", "1:1@elsewhere", "elsewhere")
+    os.mkfifo(bad / "status.json", 0o600)
+    listing = _cli("hpcdl.jobs", "list", timeout=30)
+    assert listing.returncode == 0 and "DAMAGED" in _row(listing.stdout, "b-bad"), listing.stdout
+    assert "status.json: is not a regular file" in listing.stderr and "not yours alone" not in listing.stderr
+    shown = _cli("hpcdl.jobs", "show", "b-bad", timeout=30)
+    assert shown.returncode == 1 and "DAMAGED" in shown.stdout and "status.json: is not a regular file" in shown.stdout
+
+
 def _read_only(store: Path) -> tuple[str, ...]:
     """Run a command with ``store`` read-only (a bind mount in a mount namespace of its own)."""
     prefix = _unshare("-m")

@@ -30,6 +30,10 @@ class UnsafeFolderError(HpcdlError):
     """A store, job folder or file is not owned by this user, is writable by others, or is a link."""
 
 
+class NotRegularFileError(UnsafeFolderError):
+    """A job's file is a FIFO, socket, device or folder: never read (and never waited on: O_NONBLOCK)."""
+
+
 def check_job_key(key: str) -> None:
     """HpcdlError unless ``key`` can name a job without naming a path (``../x``, ``/etc``)."""
     if not JOB_KEY.match(key):
@@ -58,16 +62,19 @@ def _open(path: str, flags: int, kind: int, dir_fd: Optional[int] = None) -> int
         if e.errno in (errno.ELOOP, errno.ENOTDIR):  # a link where O_NOFOLLOW refuses to go
             raise UnsafeFolderError(f"{path}: is a symbolic link or not a folder; refusing to read it") from None
         raise
-    reason = unsafe_reason(os.fstat(fd), kind)
+    info = os.fstat(fd)
+    reason = unsafe_reason(info, kind)
     if reason:
         os.close(fd)
-        raise UnsafeFolderError(f"{path}: {reason}; refusing to read it")
+        odd = kind == stat.S_IFREG and not stat.S_ISREG(info.st_mode)
+        raise (NotRegularFileError if odd else UnsafeFolderError)(f"{path}: {reason}; refusing to read it")
     return fd
 
 
-def open_folder(folder: Path) -> int:
-    """A descriptor of ``folder`` (not followed if it is a link), checked to be this user's alone."""
-    return _open(os.fspath(folder), _FOLDER, stat.S_IFDIR)
+def open_folder(folder: Path, parent_fd: Optional[int] = None) -> int:
+    """A descriptor of ``folder`` (not followed if it is a link; its last part relative to ``parent_fd``, a
+    descriptor of its parent, when given), checked to be this user's alone."""
+    return _open(os.fspath(folder), _FOLDER, stat.S_IFDIR, dir_fd=parent_fd)
 
 
 def check_store(root: Path) -> None:
@@ -86,15 +93,17 @@ def check_store(root: Path) -> None:
                                 "or swap jobs in it)")
 
 
-def open_job_file(folder: Path, name: str | PurePath) -> IO[bytes]:
+def open_job_file(folder: Path, name: str | PurePath, folder_fd: Optional[int] = None) -> IO[bytes]:
     """``folder/name`` opened for reading once, each step without following a link and checked.
 
+    ``folder_fd``: a descriptor of ``folder`` held open (open_folder), so that files read one after another
+    come from the same folder even while a co-user renames one of its parents away and back.
     FileNotFoundError when it is missing; UnsafeFolderError when any step is not this user's alone.
     """
     parts = os.fspath(name).split("/")
     if any(part in ("", ".", "..") for part in parts):
         raise UnsafeFolderError(f"{name}: not a path inside the job folder {folder}")
-    fd, path = open_folder(folder), os.fspath(folder)
+    fd, path = open_folder(folder) if folder_fd is None else os.dup(folder_fd), os.fspath(folder)
     try:
         for part in parts[:-1]:
             path = os.path.join(path, part)
@@ -108,10 +117,10 @@ def open_job_file(folder: Path, name: str | PurePath) -> IO[bytes]:
     return os.fdopen(file_fd, "rb")
 
 
-def read_job_file(folder: Path, name: str | PurePath) -> Optional[bytes]:
+def read_job_file(folder: Path, name: str | PurePath, folder_fd: Optional[int] = None) -> Optional[bytes]:
     """The content of ``folder/name`` read safely (see open_job_file), or None when it is missing."""
     try:
-        with open_job_file(folder, name) as f:
+        with open_job_file(folder, name, folder_fd) as f:
             return f.read()
     except FileNotFoundError:
         return None
