@@ -262,6 +262,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def _fetch_sweep(job: Any, args: argparse.Namespace) -> int:
     """A sweep's summary table on screen, as CSV and its points' curves as PNG, in the target folder."""
     from hpcdl.store.folders import DAMAGED
+    from hpcdl.store.safety import open_target
     from hpcdl.store.sweeps import SUMMARY_CSV, SUMMARY_PLOT, format_table, plot_curves, summary, write_csv
 
     if args.wait:
@@ -270,8 +271,8 @@ def _fetch_sweep(job: Any, args: argparse.Namespace) -> int:
     if sweep.state == DAMAGED:
         raise HpcdlError(f"sweep {sweep.id} is DAMAGED ({sweep.reason}); its folder: {sweep.folder}")
     rows = summary(points)
-    target = Path(args.to or job.id).resolve()
-    target.mkdir(parents=True, exist_ok=True)
+    target = Path(args.to or job.id).absolute()  # not resolved: a link planted there is refused, not followed
+    os.close(open_target(target))
     try:
         write_csv(rows, target / SUMMARY_CSV)
         plotted = plot_curves(points, target / SUMMARY_PLOT)
@@ -284,24 +285,35 @@ def _fetch_sweep(job: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from hpcdl.store.files import METRICS, PLOT, RESULTS, RESULTS_DIR
     from hpcdl.store.job import Job
-    from hpcdl.store.safety import copy_out
+    from hpcdl.store.safety import open_target
     from hpcdl.store.sweeps import SWEEP
 
     job = Job.attach(args.id)
     if job.manifest.get("kind") == SWEEP:
         return _fetch_sweep(job, args)
     result = job.result(timeout=0 if not args.wait else None)
-    target = Path(args.to or job.id).resolve()
-    target.mkdir(parents=True, exist_ok=True)
+    target = Path(args.to or job.id).absolute()  # not resolved: a link planted there is refused, not followed
+    target_fd = open_target(target)
+    try:
+        _copy_results(job, result, target_fd, target)
+    finally:
+        os.close(target_fd)
+    return 0
+
+
+def _copy_results(job: Any, result: Any, target_fd: int, target: Path) -> None:
+    """The job's results copied into the fetch target (see copy_out); its summary or result printed."""
+    from hpcdl.store.files import METRICS, PLOT, RESULTS, RESULTS_DIR
+    from hpcdl.store.safety import copy_out
+
     if job.manifest["kind"] == "train":
         from hpcdl.store.follow import format_summary
 
         copied = []
         for name in RESULTS:
             with contextlib.suppress(FileNotFoundError):
-                copy_out(job.folder, name, target / name)
+                copy_out(job.folder, name, target_fd, target)
                 copied.append(name)
         print(format_summary(result))
         print(f"copied {', '.join(copied)} to {target}\n"
@@ -311,12 +323,10 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         for top, _, files in os.walk(job.folder / RESULTS_DIR):  # links are neither followed nor copied
             names += [PurePath(top, name).relative_to(job.folder) for name in files]
         for name in names:
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileNotFoundError):
-                copy_out(job.folder, name, target / name)
+                copy_out(job.folder, name, target_fd, target)
         print(repr(result))
         print(f"copied the results folder and reports to {target}")
-    return 0
 
 
 def parser() -> argparse.ArgumentParser:

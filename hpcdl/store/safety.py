@@ -9,9 +9,11 @@ between a check and a read is never followed: what is checked is what is read.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
+import secrets
 import stat
 from pathlib import Path, PurePath
 from typing import IO, Any, Optional
@@ -134,10 +136,63 @@ def load_pickle(folder: Path, name: str) -> Any:
         return cloudpickle.load(f)
 
 
-def copy_out(folder: Path, name: str, target: Path) -> None:
-    """Copy ``folder/name`` (read safely) to ``target``, never writing through a link planted there."""
+def open_target(target: Path) -> int:
+    """A descriptor of the folder results are fetched into, made (mode 0700) when missing; UnsafeFolderError
+    when it is a link or not this user's (another user's folder, or a link planted in a shared one)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(target, 0o700)
+    try:
+        fd = os.open(target, _FOLDER)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafeFolderError(f"{target}: is a symbolic link or not a folder; refusing to write into it") from None
+        raise
+    owner = os.fstat(fd).st_uid
+    if owner != os.getuid():
+        os.close(fd)
+        raise UnsafeFolderError(f"{target}: is owned by uid {owner}, not by you (uid {os.getuid()}); refusing to "
+                                "write into it (fetch into a new folder)")
+    return fd
+
+
+def _target_folder(target_fd: int, parts: list[str], target: str) -> int:
+    """A descriptor of the folder ``parts`` inside the fetch target, each made (0700) when missing, none a link
+    or another user's."""
+    fd = os.dup(target_fd)
+    for part in parts:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(part, 0o700, dir_fd=fd)
+        target = os.path.join(target, part)
+        try:
+            inner = _open(target, _FOLDER, stat.S_IFDIR, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = inner
+    return fd
+
+
+def copy_out(folder: Path, name: str | PurePath, target_fd: int, target: Path) -> None:
+    """Copy ``folder/name`` (read safely) to ``name`` in the fetch target (``target_fd``, from open_target):
+    written to a new file (O_EXCL, mode 0600) renamed into place, so that nothing is ever written through a
+    file or link another user planted under that name."""
+    *parts, base = PurePath(name).parts
     with open_job_file(folder, name) as source:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            while chunk := source.read(1 << 20):
-                out.write(chunk)
+        into = _target_folder(target_fd, parts, os.fspath(target))
+        temporary = f".{base}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                         dir_fd=into)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    while chunk := source.read(1 << 20):
+                        out.write(chunk)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.rename(temporary, base, src_dir_fd=into, dst_dir_fd=into)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temporary, dir_fd=into)
+                raise
+        finally:
+            os.close(into)
