@@ -369,7 +369,7 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     try:
         return args.run(args)
-    except (HpcdlError, TimeoutError) as e:
+    except (HpcdlError, TimeoutError, OSError) as e:  # OSError: a store or folder moved away meanwhile
         print(f"error: {e}", file=sys.stderr)
         return 1
 

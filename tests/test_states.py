@@ -292,6 +292,43 @@ def test_a_fifo_named_status_json_is_damaged_not_a_regular_file_and_never_blocks
     assert shown.returncode == 1 and "DAMAGED" in shown.stdout and "status.json: is not a regular file" in shown.stdout
 
 
+def test_a_parent_folder_swapped_by_a_co_user_never_shows_a_false_failed_or_a_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parent = tmp_path / "lab"
+    store = parent / "store"
+    monkeypatch.setenv("HPCDL_STORE", str(store))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    completed = hpcdl.batch(add, 1, 2, cluster="local")
+    assert completed.result(timeout=120) == 3
+    stop = threading.Event()
+
+    def racer() -> None:  # the co-user: the parent renamed away and back, or swapped for a link to itself
+        aside = tmp_path / "lab.aside"
+        while not stop.is_set():
+            os.rename(parent, aside)
+            time.sleep(0.001)
+            os.symlink(aside, parent)
+            time.sleep(0.001)
+            os.unlink(parent)
+            os.rename(aside, parent)
+            time.sleep(0.003)
+
+    thread = threading.Thread(target=racer)
+    thread.start()
+    try:
+        outputs = [_cli("hpcdl.jobs", verb, completed.id if verb == "show" else "--points", timeout=60)
+                   for _ in range(10) for verb in ("list", "show")]
+    finally:
+        stop.set()
+        thread.join()
+    for done in outputs:
+        assert "Traceback" not in done.stderr, done.stderr
+        assert "FAILED" not in done.stdout and "without a result" not in done.stdout, done.stdout
+    assert any(completed.id in done.stdout for done in outputs)
+    assert json.loads((completed.folder / "final.json").read_text())["state"] == "COMPLETED"
+    assert _row(_cli("hpcdl.jobs", "list").stdout, completed.id)[3] == "COMPLETED"
+
+
 def _read_only(store: Path) -> tuple[str, ...]:
     """Run a command with ``store`` read-only (a bind mount in a mount namespace of its own)."""
     prefix = _unshare("-m")
