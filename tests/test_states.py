@@ -28,7 +28,7 @@ from hpcdl.store.folders import write_json
 from hpcdl.store.status import write_final
 from hpcdl.train.checkpoint import load_latest_checkpoint, save_checkpoint
 from tests.conftest import job_folders, linear_model
-from tests.payloads import add, note_pid_then_sleep
+from tests.payloads import add, detach_heartbeat_then_sleep, note_pid_then_sleep
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -214,6 +214,23 @@ def test_cancel_ends_every_rank_of_a_local_job(store: Path, tmp_path: Path) -> N
     assert cancelled.stdout.strip().endswith("state now CANCELLED"), cancelled.stderr
     _until(lambda: not any(map(_alive, pids)), timeout=15, what="both ranks are ended")
     assert job.state == "CANCELLED"
+
+
+@pytest.mark.parametrize("ending", ["cancel", "time limit"])
+def test_a_child_the_job_detached_ends_with_the_job(store: Path, tmp_path: Path, ending: str) -> None:
+    job = hpcdl.batch(detach_heartbeat_then_sleep, str(tmp_path), 120, cluster="local",
+                      **({"time": "0:10"} if ending == "time limit" else {}))
+    pid = int(_until(lambda: (tmp_path / "detached").is_file() and (tmp_path / "detached").read_text(),
+                     what="the detached child starts"))
+    _until(lambda: (tmp_path / "heartbeat").is_file(), what="the heartbeat starts")
+    assert os.getsid(pid) == pid, "the child left the job's session"
+    if ending == "cancel":
+        assert _cli("hpcdl.jobs", "cancel", job.id).stdout.strip().endswith("state now CANCELLED")
+    assert job.wait(timeout=60) == ("CANCELLED" if ending == "cancel" else "TIMEOUT")
+    _until(lambda: not _alive(pid), timeout=15, what="the detached child is ended")
+    last = (tmp_path / "heartbeat").read_text()
+    time.sleep(0.5)
+    assert (tmp_path / "heartbeat").read_text() == last, "the heartbeat goes on"
 
 
 def _race(folder: str, state: str, start: Any, results: Any) -> None:
