@@ -13,6 +13,7 @@ import hashlib
 import os
 import signal
 import socket
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -78,37 +79,57 @@ def _processes() -> dict[int, tuple[int, int]]:
     return found
 
 
-def session_members(session: int) -> list[int]:
-    """The live processes of session ``session`` (a local job's: its launcher, ranks, mpirun, children)."""
-    return [pid for pid, (_, sid) in _processes().items() if sid == session]
+def become_subreaper() -> None:
+    """Make this process (a local job's top process) the one its orphaned descendants are re-parented to, not
+    init: a child that detached (setsid) and lost its parent stays in the job's tree (job_tree), to be ended
+    with the job, as Slurm's cgroups end a job's every process. Linux only; elsewhere nothing changes."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
-def signal_session(session: int, signum: int) -> None:
-    """Send ``signum`` to every live process of ``session`` but this one."""
-    for pid in session_members(session):
-        if pid != os.getpid():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
-
-
-def _own_job() -> list[int]:
-    """The other processes of this job: its session when it leads one (as a local job does), else its descendants."""
-    me, processes = os.getpid(), _processes()
-    if os.getsid(0) == me:
-        return [pid for pid, (_, sid) in processes.items() if sid == me and pid != me]
-    found, frontier = [], [me]
+def job_tree(leader: int) -> list[int]:
+    """The live processes of the local job whose top process is ``leader``: its session (its launcher, ranks,
+    mpirun) and every descendant of those, sessions of their own included (become_subreaper keeps them below it)."""
+    processes = _processes()
+    found = {pid for pid, (_, sid) in processes.items() if sid == leader}
+    if leader in processes:
+        found.add(leader)
+    frontier = list(found)
     while frontier:
         parent = frontier.pop()
-        children = [pid for pid, (ppid, _) in processes.items() if ppid == parent]
-        found += children
+        children = [pid for pid, (ppid, _) in processes.items() if ppid == parent and pid not in found]
+        found.update(children)
         frontier += children
-    return found
+    return sorted(found)
+
+
+def end_job_tree(leader: int, grace_s: float) -> None:
+    """TERM every process of the job (job_tree), KILL those still there after ``grace_s``. Each process seen is
+    remembered (with its start time): one whose parent ended meanwhile is still found and killed."""
+    seen: dict[int, Optional[str]] = {}
+
+    def look() -> list[int]:
+        for pid in job_tree(leader):
+            seen.setdefault(pid, start_ticks(pid))
+        return [pid for pid, ticks in seen.items() if ticks is not None and start_ticks(pid) == ticks]
+
+    for signum, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 1.0)):
+        for pid in look():
+            if pid != os.getpid():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signum)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and [pid for pid in look() if pid != os.getpid()]:
+            time.sleep(0.1)
 
 
 def end_own_job(code: int) -> None:
-    """Kill every other process of this job (ranks, mpirun, their children), then exit with ``code``."""
+    """Kill every other process of this job (ranks, mpirun, their children, detached ones), then exit with
+    ``code``."""
     for _ in range(10):  # a child forked meanwhile is caught by the next pass
-        others = _own_job()
+        others = [pid for pid in job_tree(os.getpid()) if pid != os.getpid()]
         if not others:
             break
         for pid in others:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fnmatch
+import io
 import os
 import sys
 import time
@@ -23,6 +24,7 @@ from hpcdl.errors import HpcdlError
 
 if TYPE_CHECKING:
     from hpcdl.store.folders import JobRecord
+    from hpcdl.store.job import Job
 
 
 def _clock(seconds: float) -> str:
@@ -135,8 +137,7 @@ def _show_sweep(folder: Path) -> int:
 
     sweep, points = _sweep_points(folder)
     if sweep.state == DAMAGED:
-        print(f"job       {sweep.id}\nstate     {DAMAGED}  ({sweep.reason})\nfolder    {sweep.folder}")
-        return 1
+        return _show_damaged(sweep.id, sweep.reason, sweep.folder)
     m = sweep.manifest
     print(f"sweep     {sweep.id}  ('{m['name']}', {len(m['points'])} points)\n"
           f"state     {sweep.state}  ({points_done(sweep)})\n"
@@ -148,18 +149,38 @@ def _show_sweep(folder: Path) -> int:
     return 0
 
 
-def cmd_show(args: argparse.Namespace) -> int:
+def _show_damaged(job_id: str, reason: str, folder: Path) -> int:
     from hpcdl.store.folders import DAMAGED
+
+    print(f"job       {job_id}\nstate     {DAMAGED}  ({reason})\nfolder    {folder}")
+    return 1
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """Everything known of a job; DAMAGED with the reason when a record's content is not of the shape written
+    (the whole text is composed first: a damaged record prints no half of it)."""
     from hpcdl.store.job import Job
-    from hpcdl.store.sweeps import SWEEP
 
     job = Job.attach(args.id)
+    text = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(text):
+            code = _show(job)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return _show_damaged(job.id, f"unexpected content: {type(e).__name__}: {e}", job.folder)
+    print(text.getvalue(), end="")
+    return code
+
+
+def _show(job: "Job") -> int:
+    from hpcdl.store.folders import DAMAGED
+    from hpcdl.store.sweeps import SWEEP
+
     if job.manifest.get("kind") == SWEEP:  # its points resolved once, with the sweep's state from theirs
         return _show_sweep(job.folder)
     record = job.refresh()
     if record.state == DAMAGED:
-        print(f"job       {record.id}\nstate     {DAMAGED}  ({record.reason})\nfolder    {record.folder}")
-        return 1
+        return _show_damaged(record.id, record.reason, record.folder)
     m = record.manifest
     print(f"job       {record.id}  ({m['kind']} '{m['name']}')\n"
           f"state     {_state(record)}{'  (' + record.reason + ')' if record.reason else ''}\n"
@@ -323,6 +344,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def _fetch_sweep(job: Any, args: argparse.Namespace) -> int:
     """A sweep's summary table on screen, as CSV and its points' curves as PNG, in the target folder."""
     from hpcdl.store.folders import DAMAGED
+    from hpcdl.store.safety import open_target
     from hpcdl.store.sweeps import SUMMARY_CSV, SUMMARY_PLOT, format_table, plot_curves, summary, write_csv
 
     if args.wait:
@@ -331,8 +353,8 @@ def _fetch_sweep(job: Any, args: argparse.Namespace) -> int:
     if sweep.state == DAMAGED:
         raise HpcdlError(f"sweep {sweep.id} is DAMAGED ({sweep.reason}); its folder: {sweep.folder}")
     rows = summary(points)
-    target = Path(args.to or job.id).resolve()
-    target.mkdir(parents=True, exist_ok=True)
+    target = Path(args.to or job.id).absolute()  # not resolved: a link planted there is refused, not followed
+    os.close(open_target(target))
     try:
         write_csv(rows, target / SUMMARY_CSV)
         plotted = plot_curves(points, target / SUMMARY_PLOT)
@@ -345,24 +367,35 @@ def _fetch_sweep(job: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from hpcdl.store.files import METRICS, PLOT, RESULTS, RESULTS_DIR
     from hpcdl.store.job import Job
-    from hpcdl.store.safety import copy_out
+    from hpcdl.store.safety import open_target
     from hpcdl.store.sweeps import SWEEP
 
     job = Job.attach(args.id)
     if job.manifest.get("kind") == SWEEP:
         return _fetch_sweep(job, args)
     result = job.result(timeout=0 if not args.wait else None)
-    target = Path(args.to or job.id).resolve()
-    target.mkdir(parents=True, exist_ok=True)
+    target = Path(args.to or job.id).absolute()  # not resolved: a link planted there is refused, not followed
+    target_fd = open_target(target)
+    try:
+        _copy_results(job, result, target_fd, target)
+    finally:
+        os.close(target_fd)
+    return 0
+
+
+def _copy_results(job: Any, result: Any, target_fd: int, target: Path) -> None:
+    """The job's results copied into the fetch target (see copy_out); its summary or result printed."""
+    from hpcdl.store.files import METRICS, PLOT, RESULTS, RESULTS_DIR
+    from hpcdl.store.safety import copy_out
+
     if job.manifest["kind"] == "train":
         from hpcdl.store.follow import format_summary
 
         copied = []
         for name in RESULTS:
             with contextlib.suppress(FileNotFoundError):
-                copy_out(job.folder, name, target / name)
+                copy_out(job.folder, name, target_fd, target)
                 copied.append(name)
         print(format_summary(result))
         print(f"copied {', '.join(copied)} to {target}\n"
@@ -372,12 +405,10 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         for top, _, files in os.walk(job.folder / RESULTS_DIR):  # links are neither followed nor copied
             names += [PurePath(top, name).relative_to(job.folder) for name in files]
         for name in names:
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileNotFoundError):
-                copy_out(job.folder, name, target / name)
+                copy_out(job.folder, name, target_fd, target)
         print(repr(result))
         print(f"copied the results folder and reports to {target}")
-    return 0
 
 
 def _state_name(text: str) -> str:
@@ -430,7 +461,7 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     try:
         return args.run(args)
-    except (HpcdlError, TimeoutError) as e:
+    except (HpcdlError, TimeoutError, OSError) as e:  # OSError: a store or folder moved away meanwhile
         print(f"error: {e}", file=sys.stderr)
         return 1
 

@@ -1,9 +1,9 @@
 """Code as submitted: the submitting folder's files are copied into the job folder, and the ranks run
 from that copy, so edits made while the job waits in the queue do not change what it runs.
 
-In a git work tree the files are those git knows or would add (``git ls-files -co --exclude-standard``:
-.gitignore respected); elsewhere every file, hidden folders, __pycache__ and virtual environments left
-out. Links are not followed. Over the profile's ``snapshot_limit_mb`` the submission is refused.
+In a git work tree the files are exactly those git tracks (``git ls-files``): an untracked file, such
+as a ``.env`` holding a token, is never copied, ignored or not; elsewhere every file, hidden files and
+folders, __pycache__ and virtual environments left out. Links are not followed. Over the profile's ``snapshot_limit_mb`` the submission is refused.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ SKIPPED_FOLDERS = ("__pycache__", "node_modules")
 
 
 def _git_files(folder: Path) -> list[str] | None:
-    """Files under ``folder`` that git tracks or would add, or None outside a work tree."""
+    """Files under ``folder`` that git tracks, or None outside a work tree."""
     try:
-        listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=folder,
+        listed = subprocess.run(["git", "ls-files", "--cached", "-z"], cwd=folder,
                                 capture_output=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None

@@ -29,7 +29,7 @@ from hpcdl.cluster.restarts import (how_run_ended, is_earlier_runs_failure, reco
 from hpcdl.distributed import heartbeat
 from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank, node_name
 from hpcdl.errors import FolderGoneError
-from hpcdl.host import end_own_job
+from hpcdl.host import become_subreaper, end_own_job
 from hpcdl.plan import JobPlan
 from hpcdl.snapshot import run_from_snapshot
 from hpcdl.store.atomic import atomic_save, make_folder, remove_stale_temporaries
@@ -183,6 +183,7 @@ def run_job(folder: str) -> None:
     first_process = plan.cluster.backend == "local" and not launched_as_rank
     if first_process:  # tells this run's heartbeats and stop flags from an earlier run's (Slurm: job id, restart)
         os.environ[heartbeat.RUN_TOKEN] = uuid.uuid4().hex
+        become_subreaper()  # a detached child ends with the job (cancel, time limit), as under Slurm's cgroups
     if plan.world_size > 1 and first_process:
         _enforce_local_time_limit(path, plan)
         _launch_ranks(path, plan)

@@ -229,6 +229,20 @@ def test_a_rank_killed_mid_training_fails_the_job_fast_naming_it(store: Path) ->
     assert "task 1" in shown, shown
 
 
+def test_a_lost_rank_ends_the_job_at_once_though_the_others_wait_in_no_collective(store: Path) -> None:
+    from tests.payloads import lose_rank_one
+
+    # rank 0 sleeps, in no collective and with no heartbeat watch: only srun's --kill-on-bad-exit ends it
+    # before the 10-minute limit
+    job = hpcdl.batch(lose_rank_one, 600, cluster="slurm", nodes=2, time="00:10:00", heartbeat_timeout_s=0)
+    submitted = time.monotonic()
+    assert job.wait(timeout=150) == "FAILED"
+    assert time.monotonic() - submitted < 90  # start-up and Slurm's KillWait (10 s) included; rank 0 sleeps 600
+    assert _sacct_state(job.backend_id) in ("FAILED", "CANCELLED")
+    shown = _cli("hpcdl.jobs", "show", job.id).stdout
+    assert "task 1" in shown, shown
+
+
 def test_a_stopped_rank_fails_the_job_fast_naming_it_and_its_node(store: Path, digits_root: Path) -> None:
     import json
     import signal

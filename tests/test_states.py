@@ -28,7 +28,7 @@ from hpcdl.store.folders import write_json
 from hpcdl.store.status import write_final
 from hpcdl.train.checkpoint import load_latest_checkpoint, save_checkpoint
 from tests.conftest import job_folders, linear_model
-from tests.payloads import add, note_pid_then_sleep
+from tests.payloads import add, detach_heartbeat_then_sleep, note_pid_then_sleep
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -216,6 +216,23 @@ def test_cancel_ends_every_rank_of_a_local_job(store: Path, tmp_path: Path) -> N
     assert job.state == "CANCELLED"
 
 
+@pytest.mark.parametrize("ending", ["cancel", "time limit"])
+def test_a_child_the_job_detached_ends_with_the_job(store: Path, tmp_path: Path, ending: str) -> None:
+    job = hpcdl.batch(detach_heartbeat_then_sleep, str(tmp_path), 120, cluster="local",
+                      **({"time": "0:10"} if ending == "time limit" else {}))
+    pid = int(_until(lambda: (tmp_path / "detached").is_file() and (tmp_path / "detached").read_text(),
+                     what="the detached child starts"))
+    _until(lambda: (tmp_path / "heartbeat").is_file(), what="the heartbeat starts")
+    assert os.getsid(pid) == pid, "the child left the job's session"
+    if ending == "cancel":
+        assert _cli("hpcdl.jobs", "cancel", job.id).stdout.strip().endswith("state now CANCELLED")
+    assert job.wait(timeout=60) == ("CANCELLED" if ending == "cancel" else "TIMEOUT")
+    _until(lambda: not _alive(pid), timeout=15, what="the detached child is ended")
+    last = (tmp_path / "heartbeat").read_text()
+    time.sleep(0.5)
+    assert (tmp_path / "heartbeat").read_text() == last, "the heartbeat goes on"
+
+
 def _race(folder: str, state: str, start: Any, results: Any) -> None:
     start.wait()
     results.put((state, write_final(Path(folder), state)))
@@ -261,6 +278,72 @@ def test_a_damaged_record_is_listed_as_damaged_and_the_others_still_are(store: P
     assert "job b-bad is DAMAGED" in listing.stderr and file in listing.stderr
     shown = _cli("hpcdl.jobs", "show", "b-bad")
     assert shown.returncode == 1 and "DAMAGED" in shown.stdout and "Traceback" not in shown.stderr
+
+
+@pytest.mark.parametrize(("file", "content", "reason"), [
+    ("status.json", {"state": "RUNNING", "events": 5}, "TypeError: 'int' object is not iterable"),
+    ("status.json", {"state": "RUNNING", "events": [{"at": 1}]}, "KeyError: 'event'"),
+    ("manifest.json", None, "TypeError: string indices must be integers"),
+])
+def test_show_of_a_record_of_the_wrong_shape_says_damaged_with_the_reason(store: Path, file: str, content: Any,
+                                                                          reason: str) -> None:
+    bad = _fake_job(store, "b-bad", "1:1@elsewhere", "elsewhere", state="RUNNING")
+    if content is None:  # valid JSON, a field of the wrong type
+        manifest = json.loads((bad / file).read_text())
+        content = {**manifest, "submitted_from": "elsewhere"}
+    write_json(bad / file, content)
+    shown = _cli("hpcdl.jobs", "show", "b-bad")
+    assert shown.returncode == 1 and "Traceback" not in shown.stderr, shown.stderr
+    job, state, folder = shown.stdout.splitlines()  # nothing of the half-composed text
+    assert job == "job       b-bad" and folder == f"folder    {bad}"
+    assert state.startswith(f"state     DAMAGED  (unexpected content: {reason}"), state
+
+
+def test_a_fifo_named_status_json_is_damaged_not_a_regular_file_and_never_blocks(store: Path) -> None:
+    bad = _fake_job(store, "b-bad", "1:1@elsewhere", "elsewhere")
+    os.mkfifo(bad / "status.json", 0o600)
+    listing = _cli("hpcdl.jobs", "list", timeout=30)
+    assert listing.returncode == 0 and "DAMAGED" in _row(listing.stdout, "b-bad"), listing.stdout
+    assert "status.json: is not a regular file" in listing.stderr and "not yours alone" not in listing.stderr
+    shown = _cli("hpcdl.jobs", "show", "b-bad", timeout=30)
+    assert shown.returncode == 1 and "DAMAGED" in shown.stdout and "status.json: is not a regular file" in shown.stdout
+
+
+def test_a_parent_folder_swapped_by_a_co_user_never_shows_a_false_failed_or_a_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parent = tmp_path / "lab"
+    store = parent / "store"
+    monkeypatch.setenv("HPCDL_STORE", str(store))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    completed = hpcdl.batch(add, 1, 2, cluster="local")
+    assert completed.result(timeout=120) == 3
+    stop = threading.Event()
+
+    def racer() -> None:  # the co-user: the parent renamed away and back, or swapped for a link to itself
+        aside = tmp_path / "lab.aside"
+        while not stop.is_set():
+            os.rename(parent, aside)
+            time.sleep(0.001)
+            os.symlink(aside, parent)
+            time.sleep(0.001)
+            os.unlink(parent)
+            os.rename(aside, parent)
+            time.sleep(0.003)
+
+    thread = threading.Thread(target=racer)
+    thread.start()
+    try:
+        outputs = [_cli("hpcdl.jobs", verb, completed.id if verb == "show" else "--points", timeout=60)
+                   for _ in range(10) for verb in ("list", "show")]
+    finally:
+        stop.set()
+        thread.join()
+    for done in outputs:
+        assert "Traceback" not in done.stderr, done.stderr
+        assert "FAILED" not in done.stdout and "without a result" not in done.stdout, done.stdout
+    assert any(completed.id in done.stdout for done in outputs)
+    assert json.loads((completed.folder / "final.json").read_text())["state"] == "COMPLETED"
+    assert _row(_cli("hpcdl.jobs", "list").stdout, completed.id)[3] == "COMPLETED"
 
 
 def _read_only(store: Path) -> tuple[str, ...]:

@@ -255,6 +255,59 @@ def test_a_folder_of_yours_that_others_may_write_is_skipped_like_a_planted_one(
     assert cancel.returncode == 1 and bystander.poll() is None
 
 
+def write_results() -> int:
+    """A job with something to fetch: its metrics and a file of its results folder."""
+    hpcdl.report(1, 0.5)
+    results = Path(os.environ["HPCDL_JOB_FOLDER"], "results")  # what fetch copies of a function's job
+    results.mkdir()
+    (results / "weights.bin").write_bytes(b"mine")
+    return 42
+
+
+def _as_other(uid: int, *paths: Path) -> None:
+    for path in paths:
+        os.chown(path, uid, uid, follow_symlinks=False)
+
+
+def test_fetch_into_a_shared_folder_never_writes_into_what_another_user_planted(store: Path, tmp_path: Path,
+                                                                               other_uid: int) -> None:
+    job = hpcdl.batch(write_results, cluster="local")
+    assert job.result(timeout=120) == 42
+    shared = tmp_path / "shared"  # a folder every user may write, as /tmp
+    shared.mkdir(mode=0o1777)
+    os.chmod(shared, 0o1777)
+    os.chmod(tmp_path, 0o755)
+    planted = shared / "metrics.jsonl"  # the co-user's files, made for us to write into: they would read them
+    planted.write_text("")
+    (shared / "results").mkdir()
+    os.chmod(planted, 0o666)
+    home = tmp_path / "home" / "private"
+    home.mkdir()
+    (shared / "mine").symlink_to(home)  # --to a link to our home
+    theirs = shared / "theirs"
+    theirs.mkdir(mode=0o777)
+    _as_other(other_uid, planted, shared / "results", shared / "mine", theirs)
+
+    fetched = _cli("hpcdl.jobs", "fetch", job.id, "--to", str(shared / "mine"))
+    assert fetched.returncode == 1 and f"error: {shared / 'mine'}: is a symbolic link" in fetched.stderr
+    assert list(home.iterdir()) == []
+    fetched = _cli("hpcdl.jobs", "fetch", job.id, "--to", str(theirs))
+    assert fetched.returncode == 1 and f"error: {theirs}: is owned by uid {other_uid}, not by you" in fetched.stderr
+    assert list(theirs.iterdir()) == []
+
+    fetched = _cli("hpcdl.jobs", "fetch", job.id, "--to", str(shared))  # a folder of ours others may write
+    assert fetched.returncode == 1 and f"{shared / 'results'}: is owned by uid {other_uid}" in fetched.stderr
+    assert planted.stat().st_uid == os.getuid() and planted.stat().st_mode & 0o777 == 0o600, \
+        "the co-user's file was written into"
+    assert b'"loss": 0.5' in planted.read_bytes()
+    assert not (home / "weights.bin").exists() and list((shared / "results").iterdir()) == []
+
+    fresh = shared / "new"
+    fetched = _cli("hpcdl.jobs", "fetch", job.id, "--to", str(fresh))
+    assert fetched.returncode == 0, fetched.stderr
+    assert fresh.stat().st_mode & 0o777 == 0o700 and (fresh / "results" / "weights.bin").read_bytes() == b"mine"
+
+
 # --- secrets and names ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("override, message", [

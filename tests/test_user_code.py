@@ -3,6 +3,7 @@ variables, its hpcdl.report records in watch, list and the plot, its result and 
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -152,6 +153,24 @@ def test_an_edit_after_submission_does_not_change_what_the_job_runs(store: Path,
     assert job.wait(timeout=240) == "COMPLETED"
     assert "says as submitted" in job.logs()
     assert f"code      4 files" in _cli(user, "hpcdl.jobs", "show", job_id).stdout  # train_ddp, myentry, message, late
+
+
+def test_a_git_work_tree_snapshot_holds_what_git_tracks_and_no_untracked_dotfile(store: Path, tmp_path: Path) -> None:
+    import hpcdl
+
+    user = write_user_code(tmp_path / "user")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    for command in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "code"]):
+        subprocess.run([*git, *command], cwd=user, check=True, capture_output=True)
+    token = f"hf_{secrets.token_hex(12)}"
+    (user / ".env").write_text(f"HF_TOKEN={token}\n")  # untracked and not ignored: never copied
+    (user / "scratch.py").write_text(f"TOKEN = {token!r}\n")
+    job = hpcdl.Job.attach(_submit(user, "script=train_ddp.py"))
+    assert job.wait(timeout=240) == "COMPLETED", job.error()
+    tracked = subprocess.run(["git", "ls-files"], cwd=user, capture_output=True, text=True).stdout.split()
+    copied = sorted(str(p.relative_to(job.folder / "code")) for p in (job.folder / "code").rglob("*") if p.is_file())
+    assert copied == sorted(tracked)
+    assert [p for p in job.folder.rglob("*") if p.is_file() and token.encode() in p.read_bytes()] == []
 
 
 def test_a_snapshot_over_the_limit_is_refused_before_submission(store: Path, tmp_path: Path) -> None:

@@ -4,8 +4,10 @@ profile: submitted from the user's folder, trained by a detached job, fetched an
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,6 +130,27 @@ def test_a_target_that_does_not_import_is_refused_before_submission(store: Path,
     assert done.returncode == 2
     assert "data.count: mynets.make_blobs takes no argument 'count'" in done.stderr
     assert "data: mynets.make_blobs needs n" not in done.stderr
+    assert job_folders(store) == []
+
+
+def test_a_target_that_exits_at_import_is_refused_with_exit_2(store: Path, tmp_path: Path) -> None:
+    user = write_user_code(tmp_path / "user")
+    (user / "quits.py").write_text("import sys\nsys.exit(0)\n")
+    done = _cli(user, "hpcdl.submit", "model._target_=quits.Net")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "model._target_: importing 'quits' for 'quits.Net' called sys.exit(0)" in done.stderr
+    assert job_folders(store) == []
+
+
+def test_a_target_whose_import_hangs_is_refused_after_the_timeout(store: Path, tmp_path: Path) -> None:
+    user = write_user_code(tmp_path / "user")
+    (user / "hangs.py").write_text("import time\ntime.sleep(3600)\n")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "hpcdl.submit", "data._target_=hangs.make"], capture_output=True,
+                          text=True, timeout=120, cwd=user, env={**os.environ, "HPCDL_IMPORT_TIMEOUT_S": "3"})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "data._target_: importing 'hangs' for 'hangs.make' did not finish within 3 s" in done.stderr
+    assert time.monotonic() - started < 60
     assert job_folders(store) == []
 
 

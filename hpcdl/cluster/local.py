@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Optional
 
 from hpcdl.distributed.launch import rank_log
 from hpcdl.errors import HpcdlError, SubmissionError
-from hpcdl.host import host_key, is_running, process_id, session_members, signal_session
+from hpcdl.host import end_job_tree, host_key, is_running, process_id
 from hpcdl.plan import JobPlan
 from hpcdl.store.files import LOGS
 from hpcdl.store.folders import JobRecord
@@ -113,7 +111,8 @@ class LocalBackend:
         return live
 
     def cancel(self, record: JobRecord) -> None:
-        """TERM every process of the job's session, KILL those still there after KILL_AFTER_S."""
+        """TERM every process of the job (its session and every descendant, detached ones too), KILL those still
+        there after KILL_AFTER_S."""
         if runs_under_runner(record):  # its runner ends it on seeing CANCELLED; its sweep's other points go on
             return
         process = _process(record)
@@ -123,12 +122,7 @@ class LocalBackend:
                              "(or in another PID namespace): cancel it there")
         if not running:
             return
-        session = int(process.split(":")[0])  # the job leads its own session (start_new_session)
-        signal_session(session, signal.SIGTERM)
-        deadline = time.monotonic() + KILL_AFTER_S
-        while time.monotonic() < deadline and session_members(session):
-            time.sleep(0.1)
-        signal_session(session, signal.SIGKILL)
+        end_job_tree(int(process.split(":")[0]), KILL_AFTER_S)  # it leads its own session (start_new_session)
 
     def log_path(self, record: JobRecord, rank: int, stream: str) -> Path:
         """Rank ``rank``'s stdout or stderr: its own file when the job has several ranks (hpcdl's launcher

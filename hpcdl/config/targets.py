@@ -12,6 +12,9 @@ import difflib
 import functools
 import importlib
 import inspect
+import os
+import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -20,6 +23,38 @@ from hpcdl.errors import ConfigError
 TARGET_SECTIONS = ("model", "data")
 """The sections whose ``_target_`` may name the user's own code."""
 TARGET = "_target_"
+IMPORT_TIMEOUT_S = float(os.environ.get("HPCDL_IMPORT_TIMEOUT_S", "120"))
+"""How long a user's module may take to import before it is refused ($HPCDL_IMPORT_TIMEOUT_S, seconds)."""
+
+
+def _import(module_name: str, target: str, option: str) -> Any:
+    """Import the user's ``module_name``: ConfigError when it raises anything (SystemExit and
+    KeyboardInterrupt included: an import must not end the submission silently) or does not finish within
+    IMPORT_TIMEOUT_S. The import runs in a thread so that a hanging one cannot hang the submission."""
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["module"] = importlib.import_module(module_name)
+        except BaseException as e:  # noqa: B036 - the user's module may raise or exit anything on import
+            outcome["error"] = e
+
+    importer = threading.Thread(target=run, name=f"import {module_name}", daemon=True)
+    importer.start()
+    importer.join(IMPORT_TIMEOUT_S)
+    if importer.is_alive():
+        raise ConfigError(f"{option}: importing {module_name!r} for {target!r} did not finish within "
+                          f"{IMPORT_TIMEOUT_S:g} s (does it wait for input, a lock or the network at import?)")
+    error = outcome.get("error")
+    if isinstance(error, SystemExit):
+        raise ConfigError(f"{option}: importing {module_name!r} for {target!r} called sys.exit({error.code!r}); "
+                          "a module must not exit when imported") from None
+    if error is not None:
+        raise ConfigError(f"{option}: cannot import {module_name!r} for {target!r}: "
+                          f"{type(error).__name__}: {error}") from error
+    return outcome["module"]
 
 
 def locate(target: str, option: str) -> Callable[..., Any]:
@@ -28,10 +63,7 @@ def locate(target: str, option: str) -> Callable[..., Any]:
     module_name, _, attribute = target.replace(":", ".").rpartition(".")
     if not module_name or not attribute or not all(part.isidentifier() for part in target.replace(":", ".").split(".")):
         raise ConfigError(f"{option}: {target!r} is not a dotted path such as mypkg.nets.MyNet")
-    try:
-        found: Any = importlib.import_module(module_name)
-    except Exception as e:  # the user's module may raise anything on import
-        raise ConfigError(f"{option}: cannot import {module_name!r} for {target!r}: {type(e).__name__}: {e}") from e
+    found = _import(module_name, target, option)
     if not hasattr(found, attribute):
         names = [n for n in dir(found) if not n.startswith("_")]
         close = difflib.get_close_matches(attribute, names, n=1)

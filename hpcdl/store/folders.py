@@ -22,7 +22,8 @@ from typing import Any, Iterable, Optional
 from hpcdl.store.atomic import atomic_write_text
 from hpcdl.errors import HpcdlError
 from hpcdl.store.files import FINAL, MANIFEST, STATUS
-from hpcdl.store.safety import UnsafeFolderError, check_job_key, check_store, read_job_file, unsafe_reason
+from hpcdl.store.safety import (NotRegularFileError, UnsafeFolderError, check_job_key, check_store, open_folder,
+                                read_job_file, unsafe_reason)
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "STOPPED", "OUT_OF_MEMORY", "NODE_FAIL", "LOST")
 DAMAGED = "DAMAGED"
@@ -88,9 +89,10 @@ def write_json(path: Path, value: dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(value, indent=1, sort_keys=True) + "\n")
 
 
-def read_json(path: Path) -> Optional[dict[str, Any]]:
-    """A job file's JSON content (read safely: see hpcdl.store.safety), or None when it is missing."""
-    data = read_job_file(path.parent, path.name)
+def read_json(path: Path, folder_fd: Optional[int] = None) -> Optional[dict[str, Any]]:
+    """A job file's JSON content (read safely: see hpcdl.store.safety), or None when it is missing;
+    ``folder_fd``: its folder held open."""
+    data = read_job_file(path.parent, path.name, folder_fd)
     return None if data is None else json.loads(data)
 
 
@@ -142,18 +144,28 @@ def _damage(manifest: Any, folder: Path) -> str:
     return ""
 
 
-def load_record(folder: Path) -> Optional[JobRecord]:
-    """The record of the job in ``folder`` (DAMAGED when its files cannot be read), or None without a manifest.
+def load_record(folder: Path, store_fd: Optional[int] = None) -> Optional[JobRecord]:
+    """The record of the job in ``folder`` (DAMAGED when its files cannot be read), or None without a manifest;
+    ``store_fd``: a descriptor of the store held open, which the folder is opened from.
 
-    A final state in final.json is the job's state; its fields are merged over status.json's.
+    A final state in final.json is the job's state; its fields are merged over status.json's. The files
+    are read from one descriptor of the folder: a parent folder renamed away meanwhile cannot make a file
+    that is there look missing (a false 'ended without a result').
     """
     files: dict[str, Any] = {}
     damage = ""
-    for name in (MANIFEST, STATUS, FINAL):
-        try:
-            files[name] = read_json(folder / name)
-        except (OSError, ValueError) as e:  # ValueError: bad JSON, bad UTF-8
-            files[name], damage = {}, damage or f"{name}: cannot be read: {type(e).__name__}: {e}"
+    try:
+        folder_fd = open_folder(folder, store_fd)
+    except FileNotFoundError:
+        return None
+    try:
+        for name in (MANIFEST, STATUS, FINAL):
+            try:
+                files[name] = read_json(folder / name, folder_fd)
+            except (OSError, ValueError, NotRegularFileError) as e:  # ValueError: bad JSON, bad UTF-8
+                files[name], damage = {}, damage or f"{name}: cannot be read: {type(e).__name__}: {e}"
+    finally:
+        os.close(folder_fd)
     if files[MANIFEST] is None:
         return None
     files = {name: {} if value is None else value for name, value in files.items()}
@@ -178,19 +190,25 @@ def scan(roots: Optional[Iterable[Path]] = None, skipped: Optional[list[str]] = 
     records = []
     for root in roots if roots is not None else known_roots():
         check_store(root)
-        for entry in os.scandir(root):
-            if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
-                continue
-            record = None
-            try:
-                reason = unsafe_reason(entry.stat(follow_symlinks=False), stat.S_IFDIR)
-                record = None if reason else load_record(Path(entry.path))
-            except UnsafeFolderError as e:  # swapped after the look above: still never trusted
-                reason = str(e)
-            if reason and skipped is not None:
-                skipped.append(f"{entry.path}: {reason}")
-            if record is not None and not reason:
-                records.append(record)
+        # every job folder is opened from this descriptor: a parent of the store renamed away and back while
+        # the listing runs hides no job and makes none look ended (each folder is checked as it is opened)
+        store_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for entry in os.scandir(store_fd):
+                if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+                    continue
+                record, folder = None, root / entry.name
+                try:
+                    reason = unsafe_reason(entry.stat(follow_symlinks=False), stat.S_IFDIR)
+                    record = None if reason else load_record(folder, store_fd)
+                except UnsafeFolderError as e:  # swapped after the look above: still never trusted
+                    reason = str(e)
+                if reason and skipped is not None:
+                    skipped.append(f"{folder}: {reason}")
+                if record is not None and not reason:
+                    records.append(record)
+        finally:
+            os.close(store_fd)
     return sorted(records, key=lambda r: 0 if r.state == DAMAGED else r.manifest["submitted_at"])
 
 

@@ -9,9 +9,11 @@ between a check and a read is never followed: what is checked is what is read.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
+import secrets
 import stat
 from pathlib import Path, PurePath
 from typing import IO, Any, Optional
@@ -28,6 +30,10 @@ _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: 
 
 class UnsafeFolderError(HpcdlError):
     """A store, job folder or file is not owned by this user, is writable by others, or is a link."""
+
+
+class NotRegularFileError(UnsafeFolderError):
+    """A job's file is a FIFO, socket, device or folder: never read (and never waited on: O_NONBLOCK)."""
 
 
 def check_job_key(key: str) -> None:
@@ -58,16 +64,19 @@ def _open(path: str, flags: int, kind: int, dir_fd: Optional[int] = None) -> int
         if e.errno in (errno.ELOOP, errno.ENOTDIR):  # a link where O_NOFOLLOW refuses to go
             raise UnsafeFolderError(f"{path}: is a symbolic link or not a folder; refusing to read it") from None
         raise
-    reason = unsafe_reason(os.fstat(fd), kind)
+    info = os.fstat(fd)
+    reason = unsafe_reason(info, kind)
     if reason:
         os.close(fd)
-        raise UnsafeFolderError(f"{path}: {reason}; refusing to read it")
+        odd = kind == stat.S_IFREG and not stat.S_ISREG(info.st_mode)
+        raise (NotRegularFileError if odd else UnsafeFolderError)(f"{path}: {reason}; refusing to read it")
     return fd
 
 
-def open_folder(folder: Path) -> int:
-    """A descriptor of ``folder`` (not followed if it is a link), checked to be this user's alone."""
-    return _open(os.fspath(folder), _FOLDER, stat.S_IFDIR)
+def open_folder(folder: Path, parent_fd: Optional[int] = None) -> int:
+    """A descriptor of ``folder`` (not followed if it is a link; its last part relative to ``parent_fd``, a
+    descriptor of its parent, when given), checked to be this user's alone."""
+    return _open(os.fspath(folder), _FOLDER, stat.S_IFDIR, dir_fd=parent_fd)
 
 
 def check_store(root: Path) -> None:
@@ -86,15 +95,17 @@ def check_store(root: Path) -> None:
                                 "or swap jobs in it)")
 
 
-def open_job_file(folder: Path, name: str | PurePath) -> IO[bytes]:
+def open_job_file(folder: Path, name: str | PurePath, folder_fd: Optional[int] = None) -> IO[bytes]:
     """``folder/name`` opened for reading once, each step without following a link and checked.
 
+    ``folder_fd``: a descriptor of ``folder`` held open (open_folder), so that files read one after another
+    come from the same folder even while a co-user renames one of its parents away and back.
     FileNotFoundError when it is missing; UnsafeFolderError when any step is not this user's alone.
     """
     parts = os.fspath(name).split("/")
     if any(part in ("", ".", "..") for part in parts):
         raise UnsafeFolderError(f"{name}: not a path inside the job folder {folder}")
-    fd, path = open_folder(folder), os.fspath(folder)
+    fd, path = open_folder(folder) if folder_fd is None else os.dup(folder_fd), os.fspath(folder)
     try:
         for part in parts[:-1]:
             path = os.path.join(path, part)
@@ -108,10 +119,10 @@ def open_job_file(folder: Path, name: str | PurePath) -> IO[bytes]:
     return os.fdopen(file_fd, "rb")
 
 
-def read_job_file(folder: Path, name: str | PurePath) -> Optional[bytes]:
+def read_job_file(folder: Path, name: str | PurePath, folder_fd: Optional[int] = None) -> Optional[bytes]:
     """The content of ``folder/name`` read safely (see open_job_file), or None when it is missing."""
     try:
-        with open_job_file(folder, name) as f:
+        with open_job_file(folder, name, folder_fd) as f:
             return f.read()
     except FileNotFoundError:
         return None
@@ -125,10 +136,63 @@ def load_pickle(folder: Path, name: str) -> Any:
         return cloudpickle.load(f)
 
 
-def copy_out(folder: Path, name: str, target: Path) -> None:
-    """Copy ``folder/name`` (read safely) to ``target``, never writing through a link planted there."""
+def open_target(target: Path) -> int:
+    """A descriptor of the folder results are fetched into, made (mode 0700) when missing; UnsafeFolderError
+    when it is a link or not this user's (another user's folder, or a link planted in a shared one)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(target, 0o700)
+    try:
+        fd = os.open(target, _FOLDER)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafeFolderError(f"{target}: is a symbolic link or not a folder; refusing to write into it") from None
+        raise
+    owner = os.fstat(fd).st_uid
+    if owner != os.getuid():
+        os.close(fd)
+        raise UnsafeFolderError(f"{target}: is owned by uid {owner}, not by you (uid {os.getuid()}); refusing to "
+                                "write into it (fetch into a new folder)")
+    return fd
+
+
+def _target_folder(target_fd: int, parts: list[str], target: str) -> int:
+    """A descriptor of the folder ``parts`` inside the fetch target, each made (0700) when missing, none a link
+    or another user's."""
+    fd = os.dup(target_fd)
+    for part in parts:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(part, 0o700, dir_fd=fd)
+        target = os.path.join(target, part)
+        try:
+            inner = _open(target, _FOLDER, stat.S_IFDIR, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = inner
+    return fd
+
+
+def copy_out(folder: Path, name: str | PurePath, target_fd: int, target: Path) -> None:
+    """Copy ``folder/name`` (read safely) to ``name`` in the fetch target (``target_fd``, from open_target):
+    written to a new file (O_EXCL, mode 0600) renamed into place, so that nothing is ever written through a
+    file or link another user planted under that name."""
+    *parts, base = PurePath(name).parts
     with open_job_file(folder, name) as source:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            while chunk := source.read(1 << 20):
-                out.write(chunk)
+        into = _target_folder(target_fd, parts, os.fspath(target))
+        temporary = f".{base}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                         dir_fd=into)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    while chunk := source.read(1 << 20):
+                        out.write(chunk)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.rename(temporary, base, src_dir_fd=into, dst_dir_fd=into)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temporary, dir_fd=into)
+                raise
+        finally:
+            os.close(into)

@@ -113,13 +113,19 @@ def _resolve(record: JobRecord, scheduler_state: str | None) -> None:
 
 
 def _settle(record: JobRecord, state: str, reason: str) -> None:
-    """Record a final state the job did not record itself, unless it has done so meanwhile."""
+    """Record a final state the job did not record itself, unless it has done so meanwhile. A folder that cannot
+    be reached just now (a parent renamed away and back) concludes nothing: the last recorded state is shown."""
     try:
         won = write_final(record.folder, state, reason=reason)
-    except (OSError, FolderGoneError):  # a store this user may only read: show it, record nothing
+    except FolderGoneError:
+        _last_recorded(record, "its folder could not be reached just now")
+        return
+    except OSError:  # a store this user may only read: show it, record nothing
         won = True
     fresh = None if won else load_record(record.folder)
     if fresh is not None and fresh.final:
         record.status, record.state, record.reason = fresh.status, fresh.state, fresh.reason
+    elif not won:  # a final state is recorded but could not be read again just now
+        _last_recorded(record, "its folder could not be reached just now")
     else:
         record.state, record.reason = state, reason
