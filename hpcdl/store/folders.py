@@ -103,6 +103,8 @@ class JobRecord:
     status: dict[str, Any]
     state: str = "UNKNOWN"
     reason: str = ""
+    progress: Optional[dict[str, Any]] = None
+    """The progress view (hpcdl.store.follow.progress) when a listing took it from the store's index."""
 
     @property
     def id(self) -> str:

@@ -170,7 +170,7 @@ def plot_curves(points: list[JobRecord], path: Path) -> bool:
     """The points' training loss (and validation accuracy) against iteration in one PNG; False without curves."""
     from hpcdl.store.follow import read_records
 
-    curves = [(p, read_records(p, tail_bytes=None)) for p in points if p.state != DAMAGED]
+    curves = [(p, read_records(p)) for p in points if p.state != DAMAGED]
     curves = [(p, records) for p, records in curves if any(r.get("kind") == "iteration" for r in records)]
     if not curves:
         return False
