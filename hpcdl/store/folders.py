@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from hpcdl.store.atomic import atomic_write_text
+from hpcdl.store.changes import note_change
 from hpcdl.errors import HpcdlError
 from hpcdl.store.files import FINAL, MANIFEST, STATUS
 from hpcdl.store.safety import UnsafeFolderError, check_job_key, check_store, read_job_file, unsafe_reason
@@ -84,8 +85,10 @@ def remove_job_folder(folder: Path) -> None:
 
 
 def write_json(path: Path, value: dict[str, Any]) -> None:
-    """Write ``value`` as JSON, atomically."""
+    """Write ``value`` as JSON, atomically (a job's manifest or status: marked changed for the store's index)."""
     atomic_write_text(path, json.dumps(value, indent=1, sort_keys=True) + "\n")
+    if path.name in (MANIFEST, STATUS):
+        note_change(path.parent)
 
 
 def read_json(path: Path) -> Optional[dict[str, Any]]:
@@ -171,27 +174,15 @@ def load_record(folder: Path) -> Optional[JobRecord]:
 
 
 def scan(roots: Optional[Iterable[Path]] = None, skipped: Optional[list[str]] = None) -> list[JobRecord]:
-    """Every job in the stores, oldest first, without asking any scheduler.
+    """Every job of this user's in the stores, oldest first, from each store's index, without asking any
+    scheduler (those not ended are read from their folders; hpcdl.store.listing).
 
-    Folders that are not this user's alone are never read; each is noted in ``skipped`` (path: why).
+    Folders that are not this user's alone are never read; each is noted in ``skipped`` (path: why), but for
+    other users' folders in a shared store.
     """
-    records = []
-    for root in roots if roots is not None else known_roots():
-        check_store(root)
-        for entry in os.scandir(root):
-            if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
-                continue
-            record = None
-            try:
-                reason = unsafe_reason(entry.stat(follow_symlinks=False), stat.S_IFDIR)
-                record = None if reason else load_record(Path(entry.path))
-            except UnsafeFolderError as e:  # swapped after the look above: still never trusted
-                reason = str(e)
-            if reason and skipped is not None:
-                skipped.append(f"{entry.path}: {reason}")
-            if record is not None and not reason:
-                records.append(record)
-    return sorted(records, key=lambda r: 0 if r.state == DAMAGED else r.manifest["submitted_at"])
+    from hpcdl.store.listing import scan as scan_index
+
+    return scan_index(roots, skipped)
 
 
 def find(key: str, roots: Optional[Iterable[Path]] = None) -> JobRecord:
@@ -205,10 +196,10 @@ def find(key: str, roots: Optional[Iterable[Path]] = None) -> JobRecord:
             return record
     records = scan(roots)
     if key == "last" and records:
-        return records[-1]
+        return load_record(records[-1].folder) or records[-1]
     matches = [r for r in records if r.id.startswith(key) or r.backend_id == key]
     if len(matches) == 1:
-        return matches[0]
+        return load_record(matches[0].folder) or matches[0]
     if not matches:
         raise HpcdlError(f"no job {key!r} in {', '.join(map(str, roots)) or 'any store'}")
     raise HpcdlError(f"{key!r} matches {len(matches)} jobs: {', '.join(r.id for r in matches[:5])} ...")

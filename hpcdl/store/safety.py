@@ -70,8 +70,11 @@ def open_folder(folder: Path) -> int:
     return _open(os.fspath(folder), _FOLDER, stat.S_IFDIR)
 
 
-def check_store(root: Path) -> None:
-    """UnsafeFolderError unless the store folder ``root`` is this user's alone."""
+def check_store(root: Path) -> bool:
+    """UnsafeFolderError unless the store folder ``root`` is this user's alone (False) or shared safely (True):
+    with the sticky bit (like /tmp: each entry can be renamed or removed only by its owner), or a group's
+    folder with the setgid bit that others may not write. In a shared store each job folder is its creator's,
+    owner-only, and other users' folders are never trusted."""
     try:
         fd = os.open(root, _FOLDER)
     except OSError as e:
@@ -79,11 +82,17 @@ def check_store(root: Path) -> None:
             raise
         reason = "is a symbolic link or not a folder"
     else:
-        reason = unsafe_reason(os.fstat(fd), stat.S_IFDIR)
+        info = os.fstat(fd)
         os.close(fd)
+        mode = info.st_mode
+        if mode & stat.S_ISVTX or mode & stat.S_ISGID and mode & stat.S_IWGRP and not mode & stat.S_IWOTH:
+            return True
+        reason = unsafe_reason(info, stat.S_IFDIR)
     if reason:
         raise UnsafeFolderError(f"job store {root}: {reason}; a store must be yours alone (others could plant "
-                                "or swap jobs in it)")
+                                "or swap jobs in it), or shared: with the sticky bit (chmod +t), or a group's "
+                                "folder with setgid that others may not write (chmod g+s,o-w)")
+    return False
 
 
 def open_job_file(folder: Path, name: str | PurePath) -> IO[bytes]:
