@@ -52,11 +52,15 @@ def unsafe_reason(info: os.stat_result, kind: int) -> str:
 
 def _open(path: str, flags: int, kind: int, dir_fd: Optional[int] = None) -> int:
     """Open ``path`` (its last part, relative to ``dir_fd`` when given) and check what was opened."""
+    name = path if dir_fd is None else os.path.basename(path)
     try:
-        fd = os.open(path if dir_fd is None else os.path.basename(path), flags, dir_fd=dir_fd)
+        fd = os.open(name, flags, dir_fd=dir_fd)
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENOTDIR):  # a link where O_NOFOLLOW refuses to go
             raise UnsafeFolderError(f"{path}: is a symbolic link or not a folder; refusing to read it") from None
+        reason = unsafe_reason(os.lstat(name, dir_fd=dir_fd), kind) if e.errno == errno.EACCES else ""
+        if reason:  # another user's (in a shared store): refused as it is when it can be opened
+            raise UnsafeFolderError(f"{path}: {reason}; refusing to read it") from None
         raise
     reason = unsafe_reason(os.fstat(fd), kind)
     if reason:
