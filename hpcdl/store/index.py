@@ -38,13 +38,16 @@ _NUMBER = (int, float)
 _TYPES: tuple[tuple, ...] = ((str,), (int,), (int,), (str,), (str,), _NUMBER, (str,), (str,), (str,), (str,),
                              (str, type(None)), (*_NUMBER, type(None)), (*_NUMBER, type(None)),
                              (*_NUMBER, type(None)), (*_NUMBER, type(None)), (dict, type(None)), (list, type(None)))
+_EXACT_TYPES = tuple(frozenset(kinds) for kinds in _TYPES)  # exact: a bool is no number here
 Row = list
+_ENDED = frozenset((*FINAL_STATES, DAMAGED))
+_USER = os.getuid()  # a process's own uid does not change
 
 
 def valid_row(row: Any) -> bool:
     """True for a row of the index's shape: every field of its type, the id a job key and no path."""
-    return (isinstance(row, list) and len(row) == len(_FIELDS)
-            and all(isinstance(value, kinds) for value, kinds in zip(row, _TYPES))
+    return (type(row) is list and len(row) == len(_FIELDS)
+            and all(map(frozenset.__contains__, _EXACT_TYPES, map(type, row)))
             and JOB_KEY.match(row[ID]) is not None
             and (row[POINTS] is None or all(isinstance(p, str) and JOB_KEY.match(p) for p in row[POINTS])))
 
@@ -61,8 +64,10 @@ def row_of(record: JobRecord, mtime_ns: int) -> Row:
             record.state, record.reason = DAMAGED, f"unexpected content: {type(e).__name__}: {e}"
     m, status = record.manifest, record.status
 
-    def typed(value: Any, index: int) -> Any:
-        return value if isinstance(value, _TYPES[index]) and not isinstance(value, bool) else None
+    def typed(value: Any, index: int) -> Any:  # times to the millisecond, accuracies to 1e-6: a shorter index
+        if type(value) is float and index in (SUBMITTED, STARTED, ENDED, FRACTION, BEST):
+            return round(value, 3 if index in (SUBMITTED, STARTED, ENDED) else 6)
+        return value if type(value) in _EXACT_TYPES[index] else None
 
     row = [record.id, mtime_ns, os.getuid(), record.state, record.reason,
            typed(m.get("submitted_at"), SUBMITTED) or 0, typed(m.get("name"), NAME) or "?",
@@ -100,8 +105,7 @@ def record_of(root: Path, row: Row) -> JobRecord:
 
 def is_open(row: Row) -> bool:
     """True for a job of this user's that has not ended (its state is asked again at every listing)."""
-    return row[UID] == os.getuid() and row[STATE] not in FINAL_STATES and row[STATE] != DAMAGED \
-        and row[KIND] != "sweep"
+    return row[STATE] not in _ENDED and row[KIND] != "sweep" and row[UID] == _USER
 
 
 def read_row(root: Path, name: str, skipped: Optional[list[str]]) -> Optional[Row]:
@@ -206,7 +210,9 @@ def indexed_rows(root: Path, skipped: Optional[list[str]] = None) -> list[Row]:
                     changed = True
                 elif row != rows.get(name):
                     rows[name], changed = row, True
-            fresh = sorted((row for name, row in rows.items() if name in names), key=_sort_key)
+            fresh = [row for name, row in rows.items() if name in names]
+            if changed:  # as saved, the rows are in order
+                fresh.sort(key=_sort_key)
             if changed and writable:
                 with contextlib.suppress(OSError):
                     _write_rows(root, fresh)

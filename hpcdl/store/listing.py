@@ -87,15 +87,18 @@ class Selection:
 def _rows(roots: Optional[Iterable[Path]], skipped: list[str]) -> list[tuple[Path, Row]]:
     """(store, row) of every folder in the stores, oldest first; another user's folder in a store that is not
     shared is noted in ``skipped`` and left out."""
-    found = []
-    for root in roots if roots is not None else known_roots():
+    found, me = [], os.getuid()
+    roots = list(roots) if roots is not None else known_roots()
+    for root in roots:
         shared = check_store(root)
         for row in indexed_rows(root, skipped):
-            if row[UID] == os.getuid() or shared:
+            if row[UID] == me or shared:
                 found.append((root, row))
                 continue
             with contextlib.suppress(FileNotFoundError):
                 skipped.append(f"{root / row[ID]}: {unsafe_reason(os.lstat(root / row[ID]), stat.S_IFDIR)}")
+    if len(roots) == 1:  # each store's rows are in order already
+        return found
     return sorted(found, key=lambda pair: 0 if pair[1][STATE] == DAMAGED else pair[1][SUBMITTED])
 
 
@@ -124,12 +127,12 @@ def select(roots: Optional[Iterable[Path]] = None, *, state: Optional[str] = Non
     from hpcdl.store.states import resolve_states
     from hpcdl.store.sweeps import point_ids
 
-    selection = Selection()
-    users = {os.getuid()} if users is None else users
+    selection, me = Selection(), os.getuid()
+    users = {me} if users is None else users
     rows = [(root, row) for root, row in _rows(roots, selection.skipped)
             if (everyone or row[UID] in users) and (since is None or row[SUBMITTED] >= since)
             and (not name or fnmatch.fnmatch(row[NAME], name) or name in row[NAME])]
-    mine = {row[ID]: (root, row) for root, row in rows if row[UID] == os.getuid()}
+    mine = {row[ID]: (root, row) for root, row in rows if row[UID] == me}
     sweeps = {i for i, (_, row) in mine.items() if row[KIND] == "sweep"}
     in_sweep = {i for i, (_, row) in mine.items() if row[SWEEP] is not None and row[SWEEP].get("id") in sweeps}
     # asked afresh: the jobs not ended, the sweeps and their points (a sweep's state is its points')
