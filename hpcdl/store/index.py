@@ -205,11 +205,11 @@ def indexed_rows(root: Path, skipped: Optional[list[str]] = None) -> list[Row]:
             changed = bool(marks) or any(name not in names for name in rows)
             for name in again & names:
                 row = read_row(root, name, skipped)
-                if row is None:
-                    rows.pop(name, None)
-                    changed = True
-                elif row != rows.get(name):
-                    rows[name], changed = row, True
+                if row is None:  # no job (yet), or a folder that is not this user's alone: noted each time
+                    changed = rows.pop(name, None) is not None or changed
+                elif row != rows.get(name):  # a running job's progress alone is not worth rewriting the rows
+                    before, rows[name] = rows.get(name), row
+                    changed = changed or before is None or before[STATE] != row[STATE] or not is_open(row)
             fresh = [row for name, row in rows.items() if name in names]
             if changed:  # as saved, the rows are in order
                 fresh.sort(key=_sort_key)
