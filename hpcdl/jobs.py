@@ -1,6 +1,7 @@
 """python -m hpcdl.jobs: list, show, logs, watch, wait, cancel and fetch jobs, from any shell.
 
-    python -m hpcdl.jobs list [--state RUNNING] [--name digits] [--points]
+    python -m hpcdl.jobs list [--state RUNNING] [--name digits] [--since 7d] [--limit N] [--user U | --all] [--points]
+    python -m hpcdl.jobs clean --older-than 30d [--state FAILED] [--dry-run]
     python -m hpcdl.jobs show ID          ID: hpcdl id, a unique prefix, a Slurm job id, or 'last'
                                           a sweep's id: its points' table (fetch: CSV and curves)
     python -m hpcdl.jobs logs ID [-f] [--rank N] [--stderr]
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fnmatch
 import io
 import os
 import sys
@@ -88,31 +88,33 @@ def _sweep_row(sweep: "JobRecord", points: list["JobRecord"]) -> tuple[str, ...]
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from hpcdl.store.folders import DAMAGED, JobRecord, scan
-    from hpcdl.store.states import resolve_states
-    from hpcdl.store.sweeps import is_sweep, sweep_id_of
+    from hpcdl.store.folders import DAMAGED
+    from hpcdl.store.listing import parse_since, select, user_id
 
-    skipped: list[str] = []
-    records = scan(skipped=skipped)
-    for note in skipped:
+    selection = select(state=args.state, name=args.name, since=args.since and parse_since(args.since),
+                       users=args.user and {user_id(args.user)}, everyone=args.all, limit=args.limit,
+                       with_points=args.points)
+    for note in selection.skipped:
         print(f"note: skipped {note}; not yours alone, never read", file=sys.stderr)
-    if args.name:
-        records = [r for r in records if fnmatch.fnmatch(str(r.manifest.get("name", "")), args.name)
-                   or args.name in str(r.manifest.get("name", ""))]
-    resolve_states(records)
-    points: dict[str, list[JobRecord]] = {r.id: [] for r in records if is_sweep(r)}
-    for record in records:  # before any filter: a sweep's counts are of all its points
-        if sweep_id_of(record) in points:
-            points[sweep_id_of(record)].append(record)
-    if args.state:
-        records = [r for r in records if r.state == args.state]
-    shown = [r for r in records if args.points or sweep_id_of(r) not in points]
+    points = selection.points
     rows = [("ID", "NAME", "PROFILE", "STATE", "PROGRESS", "ELAPSED", "BEST VAL", "SCHEDULER ID")]
     rows += [_sweep_row(r, points[r.id]) if r.id in points and r.state != DAMAGED else _row(r)
-             for r in (shown[-args.limit:] if args.limit else shown)]
+             for r in selection.records]
+    if selection.owners:  # other users' jobs asked for (--all, --user): whose each row is
+        rows = [(*row, "OWNER" if n == 0 else selection.owners.get(row[0], "")) for n, row in enumerate(rows)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from hpcdl.store.listing import clean, parse_duration
+
+    removed = clean(parse_duration(args.older_than), args.state, dry_run=args.dry_run)
+    for record in removed:
+        print(f"{'would remove' if args.dry_run else 'removed'} {record.id}  {record.state}  {record.manifest['name']}")
+    print(f"{len(removed)} job(s) {'would be ' if args.dry_run else ''}removed")
     return 0
 
 
@@ -430,8 +432,16 @@ def parser() -> argparse.ArgumentParser:
     listing.add_argument("--state", type=_state_name, help="only jobs in this state (RUNNING, FAILED, ...)")
     listing.add_argument("--name", help="only jobs whose name matches (substring or glob)")
     listing.add_argument("--limit", type=int, default=0, help="only the newest N")
+    listing.add_argument("--since", help="only jobs submitted since a date (2026-12-01) or a time ago (7d, 12h)")
+    listing.add_argument("--user", help="only this user's jobs (read-only: never cancelled or unpickled)")
+    listing.add_argument("--all", action="store_true", help="every user's jobs in the stores (read-only)")
     listing.add_argument("--points", action="store_true", help="list each sweep's points too")
     listing.set_defaults(run=cmd_list)
+    cleaning = verbs.add_parser("clean", help="remove your jobs that ended long ago")
+    cleaning.add_argument("--older-than", required=True, help="ended more than this long ago: 30d, 12h, ...")
+    cleaning.add_argument("--state", type=_state_name, help="only jobs that ended in this state (FAILED, CANCELLED, ...)")
+    cleaning.add_argument("--dry-run", action="store_true", help="only say which jobs would be removed")
+    cleaning.set_defaults(run=cmd_clean)
     for verb, run, text in (("show", cmd_show, "everything known of a job"),
                             ("watch", cmd_watch, "live progress until the job ends"),
                             ("wait", cmd_wait, "block until the job ends; exit 0 if it completed"),

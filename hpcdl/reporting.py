@@ -13,16 +13,17 @@ Rank 0 alone writes (the others' calls do nothing); outside a job they do nothin
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 from hpcdl.distributed import heartbeat
-from hpcdl.store.files import FUNCTION_RESULT, METRICS
+from hpcdl.store.files import FUNCTION_RESULT
+from hpcdl.store.metrics import MetricsLog
 
 _started = time.monotonic()
+_log: Optional[MetricsLog] = None
 
 
 def _job_folder() -> Optional[Path]:
@@ -32,11 +33,21 @@ def _job_folder() -> Optional[Path]:
 
 
 def _append(record: dict[str, Any]) -> None:
+    global _log
     folder = _job_folder()
     if folder is None:
         return
-    with open(folder / METRICS, "a") as f:
-        f.write(json.dumps({**record, "time_s": round(time.monotonic() - _started, 4)}) + "\n")
+    if _log is None:
+        _log = MetricsLog(folder)
+    _log.write({**record, "time_s": round(time.monotonic() - _started, 4)})
+
+
+def close_metrics() -> None:
+    """Save the summary of the records reported (the job calls this when the user's code returns)."""
+    global _log
+    if _log is not None:
+        _log.close()
+        _log = None
 
 
 def report(step: int, loss: Optional[float] = None, *, accuracy: Optional[float] = None,

@@ -31,6 +31,7 @@ from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank, node_nam
 from hpcdl.errors import FolderGoneError
 from hpcdl.host import become_subreaper, end_own_job
 from hpcdl.plan import JobPlan
+from hpcdl.reporting import close_metrics
 from hpcdl.snapshot import run_from_snapshot
 from hpcdl.store.atomic import atomic_save, make_folder, remove_stale_temporaries
 from hpcdl.store.caches import compile_cache
@@ -63,6 +64,7 @@ def _run_payload(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> None:
     if global_rank() != 0:
         return
 
+    close_metrics()
     if result is not None or not (folder / FUNCTION_RESULT).exists():  # hpcdl.save_result's stays
         atomic_save(folder / FUNCTION_RESULT, lambda out: cloudpickle.dump(result, out))
     if (folder / METRICS).exists():  # hpcdl.report's records: the same plot as the trainer's

@@ -43,5 +43,5 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def job_folders(root: Path) -> list[str]:
-    """The job folders in a store (none when the store was never created)."""
-    return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+    """The job folders in a store (none when the store was never created; hidden ones, like the index, left out)."""
+    return sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) if root.is_dir() else []

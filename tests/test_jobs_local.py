@@ -149,23 +149,80 @@ def test_dry_run_prints_the_command_and_submits_nothing(store: Path) -> None:
     assert job_folders(store) == []
 
 
-@pytest.mark.parametrize("epochs_written", [3, 21])  # the second writes more than the listing's tail reads
-def test_progress_counts_the_iterations_of_an_epoch_from_the_tail_of_a_long_metrics_file(tmp_path: Path,
-                                                                                       epochs_written: int) -> None:
+@pytest.mark.parametrize("epochs_written", [3, 21])  # the second writes more than 64 KB (the tail once read)
+def test_progress_counts_the_iterations_of_an_epoch_in_a_long_metrics_file(tmp_path: Path,
+                                                                         epochs_written: int) -> None:
     import json
 
-    from hpcdl.store.follow import TAIL_BYTES, progress
+    from hpcdl.store.follow import progress
     from hpcdl.store.folders import JobRecord
 
     per_epoch, last = 45, epochs_written * 45 - 5
     lines = [json.dumps({"kind": "iteration", "epoch": (i - 1) // per_epoch + 1, "iteration": i, "loss": 0.1,
                          "accuracy": 1.0, "time_s": 0.5 * i, "padding": "x" * 40}) for i in range(1, last + 1)]
     (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    assert (len("\n".join(lines)) > TAIL_BYTES) == (epochs_written == 21)
     record = JobRecord(tmp_path, {"plan": {"config": {"training": {"max_epochs": 60}}}}, {}, state="RUNNING")
     view = progress(record)
     assert view["iteration"] == last and view["epoch"] == epochs_written
     assert view["fraction"] == last / (per_epoch * 60)
+
+
+def _finished_training_job(store: Path, name: str) -> Path:
+    from hpcdl.store.folders import write_json
+
+    folder = store / f"261203-120000-{len(job_folders(store)):04x}"
+    folder.mkdir(parents=True, mode=0o700)
+    write_json(folder / "manifest.json", {"id": folder.name, "name": name, "kind": "train", "profile": "local",
+                                          "submitted_at": time.time(), "backend_id": "1:0",
+                                          "plan": {"cluster": {"backend": "local"},
+                                                   "config": {"training": {"max_epochs": 30}}}})
+    write_json(folder / "final.json", {"state": "COMPLETED", "started_at": 0, "ended_at": 60})
+    return folder
+
+
+def _metrics_of_an_early_best(count: int = 3000) -> list[dict]:
+    """A validation of 0.999 first, then more than 64 KB of iterations and validations of 0.80."""
+    records = [{"kind": "validation", "epoch": 1, "iteration": 1, "loss": 0.01, "accuracy": 0.999}]
+    for i in range(2, count):
+        records.append({"kind": "iteration", "epoch": 1 + i // 100, "iteration": i, "loss": 0.5, "accuracy": 0.8,
+                        "learn_rate": 0.01, "time_s": 0.1 * i})
+        if i % 100 == 0:
+            records.append({"kind": "validation", "epoch": i // 100, "iteration": i, "loss": 0.6, "accuracy": 0.8})
+    return records
+
+
+def test_best_validation_listed_is_the_runs_best_however_long_its_metrics(store: Path) -> None:
+    import json
+
+    from hpcdl.store.folders import load_record
+    from hpcdl.store.sweeps import summary
+
+    folder = _finished_training_job(store, "early-best")
+    text = "".join(json.dumps(r) + "\n" for r in _metrics_of_an_early_best())
+    assert len(text) > 4 * 65536
+    (folder / "metrics.jsonl").write_text(text)  # as a job of an earlier version left it: no summary
+    listing = _cli("hpcdl.jobs", "list").stdout
+    assert "99.90%" in listing and "80.00%" not in listing
+    point = load_record(folder)
+    point.manifest["sweep"] = {"id": "x", "num": 0}  # the sweep's table and CSV rows come from the same view
+    assert summary([point])[0]["best_validation_accuracy"] == 0.999
+
+
+def test_a_run_keeps_its_metrics_summary_as_it_writes(store: Path) -> None:
+    from hpcdl.store.metrics import MetricsLog
+
+    folder = _finished_training_job(store, "summarised")
+    log = MetricsLog(folder)
+    for record in _metrics_of_an_early_best():
+        log.write(record)
+    summary = (folder / "metrics-summary.json").read_bytes()
+    log.close()  # within SUMMARY_INTERVAL_S of the start: saved at the start and once more here, not per record
+    assert (folder / "metrics-summary.json").read_bytes() != summary
+    metrics = folder / "metrics.jsonl"
+    data = metrics.read_bytes()
+    metrics.write_bytes(b" " * data.index(b"\n") + data[data.index(b"\n"):])  # the first record blanked
+    listing = _cli("hpcdl.jobs", "list").stdout
+    assert "99.90%" in listing, "the listing re-read the metrics instead of the run's summary"
 
 
 def test_a_rank_done_in_a_run_slurm_ended_does_not_complete_the_next_run(tmp_path: Path,

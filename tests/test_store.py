@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -15,8 +17,9 @@ from hpcdl.cluster.environment import exported_environment, job_environment
 from hpcdl.config.cluster import ClusterConfig, time_limit_minutes, time_limit_seconds
 from hpcdl.plan import JobPlan
 from hpcdl.cluster.slurm import sbatch_script
-from hpcdl.store.folders import find, new_job_folder, scan, write_json
+from hpcdl.store.folders import find, new_job_folder, new_named_folder, scan, write_json
 from hpcdl.store.safety import UnsafeFolderError, read_job_file
+from tests.conftest import job_folders
 
 RECORD = Path(__file__).parent / "data" / "sbatch_record.txt"
 
@@ -125,3 +128,120 @@ def test_list_answers_1000_jobs_from_the_store_quickly(store: Path) -> None:
     lines = done.stdout.splitlines()
     assert len(lines) == 1001 and "COMPLETED" in lines[-1]
     print(f"jobs list on 1000 jobs: {elapsed:.2f} s")  # the figure is kept by benchmarks/jobs_list.py
+
+
+def _ended_job(store: Path, n: int, state: str = "COMPLETED", submitted_at: float = 0.0, name: str = "") -> Path:
+    """An ended job's folder, written as hpcdl writes it (each state write marks the job for the index)."""
+    from hpcdl.store.status import write_final
+
+    folder = new_named_folder(store, f"261203-{n:06d}-beef")
+    write_json(folder / "manifest.json", {"id": folder.name, "name": name or f"net{n}", "kind": "train",
+                                          "profile": "local", "submitted_at": submitted_at or time.time(),
+                                          "backend_id": "1:0", "plan": {"cluster": {"backend": "local"}}})
+    started = submitted_at or time.time()
+    write_final(folder, state, started_at=started, ended_at=started + 60)
+    return folder
+
+
+def _list(*args: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "list", *args], capture_output=True, text=True,
+                          check=True)
+    return done.stdout.splitlines()[1:]
+
+
+def _add_jobs(store: Path, first: int, count: int) -> None:
+    for n in range(first, first + count):
+        _ended_job(store, n)
+
+
+def test_thirty_concurrent_submissions_each_reach_the_index_while_listings_run(store: Path) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+
+    from hpcdl.store.index import ID, ROWS, index_folder
+    from hpcdl.store.listing import scan as scan_index
+
+    store.mkdir(mode=0o700)
+    _add_jobs(store, 0, 1)
+    scan_index([store])  # the index exists: the submissions below only mark their jobs
+    with ProcessPoolExecutor(max_workers=8) as pool:
+        submissions = [pool.submit(_add_jobs, store, n, 1) for n in range(1, 31)]
+        listings = [pool.submit(scan_index, [store]) for _ in range(10)]
+        for future in submissions + listings:
+            future.result()
+    assert len(_list()) == 31
+    rows = [json.loads(line) for line in (index_folder(store) / ROWS).read_text().splitlines()[1:]]
+    assert sorted(row[ID] for row in rows) == sorted(job_folders(store))
+    assert not [p for p in index_folder(store).iterdir() if p.name.endswith(".changed")]
+
+
+def test_the_index_is_never_trusted_over_the_folders(store: Path, tmp_path: Path) -> None:
+    from hpcdl.store.index import ROWS, index_folder
+
+    store.mkdir(mode=0o700)
+    kept = _ended_job(store, 1, "FAILED")
+    _ended_job(store, 2)
+    assert len(_list()) == 2
+    rows = index_folder(store) / ROWS
+    header, *lines = rows.read_text().splitlines()
+    lying = json.loads(lines[0])
+    lying[3:5] = "COMPLETED", ""  # a state its folder does not hold
+    rows.write_text("\n".join([header, json.dumps(lying), *lines[1:]]) + "\n")
+    os.utime(kept, ns=(1, 1))  # the row's recorded modification time no longer matches its folder's
+    assert "FAILED" in next(line for line in _list() if kept.name in line)
+    planted = json.loads(lines[0])
+    planted[0] = "../../escaped"  # a path for an id
+    rows.write_text("\n".join([header, json.dumps(planted), '{"id": 1}', *lines[1:]]) + "\n")
+    assert [line.split()[:4:3] for line in _list()] == [[kept.name, "FAILED"], ["261203-000002-beef", "COMPLETED"]]
+    rows.write_text(header + "\nnot json\n")
+    assert len(_list()) == 2
+    assert not (tmp_path / "escaped").exists()
+    shutil.rmtree(kept)  # removed behind the index's back
+    (store / "261203-000009-beef").mkdir()  # a folder that is no job (no manifest)
+    assert [line.split()[0] for line in _list()] == ["261203-000002-beef"]
+
+
+def test_list_filters_by_state_since_name_and_limit(store: Path) -> None:
+    store.mkdir(mode=0o700)
+    now = time.time()
+    for n, (state, age_days) in enumerate([("COMPLETED", 40), ("FAILED", 20), ("FAILED", 2), ("CANCELLED", 1),
+                                           ("COMPLETED", 0.1)]):
+        _ended_job(store, n, state, submitted_at=now - age_days * 86400, name="resnet" if n % 2 else "vit")
+    ids = lambda *args: [line.split()[0] for line in _list(*args)]  # noqa: E731
+    every = ids()
+    assert len(every) == 5
+    assert ids("--state", "failed") == [every[1], every[2]]
+    assert ids("--since", "7d") == every[2:]
+    assert ids("--since", time.strftime("%Y-%m-%d", time.localtime(now - 30 * 86400))) == every[1:]
+    assert ids("--name", "res*", "--limit", "1") == [every[3]]
+    assert ids("--state", "FAILED", "--limit", "1") == [every[2]]
+    refused = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "list", "--since", "last tuesday"],
+                             capture_output=True, text=True)
+    assert refused.returncode == 1 and "'last tuesday' is neither a date" in refused.stderr
+
+
+def test_clean_removes_old_ended_jobs_and_never_a_running_one(store: Path) -> None:
+    from hpcdl.host import process_id
+
+    store.mkdir(mode=0o700)
+    now = time.time()
+    old_failed = _ended_job(store, 1, "FAILED", submitted_at=now - 40 * 86400)
+    old_completed = _ended_job(store, 2, "COMPLETED", submitted_at=now - 40 * 86400)
+    recent = _ended_job(store, 3, "FAILED", submitted_at=now - 86400)
+    running = new_named_folder(store, "261203-000004-beef")
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as process:
+        write_json(running / "manifest.json", {"id": running.name, "name": "long", "kind": "train",
+                                               "profile": "local", "submitted_at": now - 50 * 86400,
+                                               "backend_id": process_id(process.pid),
+                                               "plan": {"cluster": {"backend": "local"}}})
+        write_json(running / "status.json", {"state": "RUNNING", "started_at": now - 50 * 86400})
+        clean = [sys.executable, "-m", "hpcdl.jobs", "clean", "--older-than", "30d"]
+        dry = subprocess.run([*clean, "--state", "FAILED", "--dry-run"], capture_output=True, text=True, check=True)
+        assert f"would remove {old_failed.name}" in dry.stdout and old_failed.exists()
+        done = subprocess.run([*clean, "--state", "FAILED"], capture_output=True, text=True, check=True)
+        assert done.stdout.splitlines()[-1] == "1 job(s) removed"
+        assert job_folders(store) == sorted([old_completed.name, recent.name, running.name])
+        subprocess.run(clean, capture_output=True, text=True, check=True)
+        assert job_folders(store) == sorted([recent.name, running.name])
+        assert process.poll() is None
+        process.kill()
+    assert [line.split()[0] for line in _list()] == [running.name, recent.name]

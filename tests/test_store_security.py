@@ -13,6 +13,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -377,3 +378,97 @@ def test_a_newline_name_is_refused_and_a_shell_name_stays_text(store: Path, tmp_
     assert not marker.exists()
     listing = _cli("hpcdl.jobs", "list")
     assert name.split()[0] in listing.stdout and not marker.exists()
+
+
+# --- a lab's shared store ------------------------------------------------------------------------------
+
+@pytest.fixture(params=[0o1777, 0o2770], ids=["sticky", "setgid-group"])
+def shared_store(request: pytest.FixtureRequest, other_uid: int, tmp_path: Path,
+                 monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A store every user of a lab may write: /tmp-like with the sticky bit, or a group folder with setgid."""
+    base = Path(tempfile.mkdtemp(prefix="hpcdl-shared-", dir="/tmp"))  # a path the second user can reach
+    os.chmod(base, 0o755)
+    store = base / "store"
+    store.mkdir()
+    os.chown(store, 0, pwd.getpwuid(other_uid).pw_gid)
+    os.chmod(store, request.param)
+    monkeypatch.setenv("HPCDL_STORE", str(store))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    yield store
+    shutil.rmtree(base)
+
+
+def _as_other_user(code: str, *args: str) -> subprocess.CompletedProcess:
+    """Python ``code`` run by the second account itself (its own uid, umask and files), with the system's
+    Python (root's own may be out of its reach; `jobs list` needs no package beyond the standard library)."""
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    return subprocess.run([python, "-c", code, *args], user=OTHER_USER, group=OTHER_USER, extra_groups=[],
+                          capture_output=True, text=True,
+                          timeout=120, cwd="/", env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT),
+                                                     "HOME": "/tmp", "HPCDL_STORE": os.environ["HPCDL_STORE"]})
+
+
+_OTHER_USERS_JOBS = """
+import json, os, pickle, sys, time
+store, pid, marker = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+class Planted:
+    def __reduce__(self):
+        return os.mkdir, (marker,)
+for name, mode in (("991231-235959-aaaa", 0o700), ("991231-235959-bbbb", 0o755)):
+    folder = os.path.join(store, name)
+    os.mkdir(folder)
+    os.chmod(folder, mode)
+    manifest = {"id": name, "name": "theirs-" + name[-4:], "kind": "function", "profile": "local",
+                "plan": {"cluster": {"backend": "local"}}, "submitted_at": time.time() + 3600,
+                "backend_id": f"{pid}:1@x", "submitted_from": {"host": "x", "cwd": "/"}}
+    for file, content in (("manifest.json", json.dumps(manifest)), ("final.json", '{"state": "COMPLETED"}')):
+        with open(os.path.join(folder, file), "w") as f:
+            f.write(content)
+    with open(os.path.join(folder, "result.pkl"), "wb") as f:
+        pickle.dump(Planted(), f)
+os.mkdir(os.path.join(store, ".hpcdl-index-0"), 0o777)  # where root's index would go: planted first
+os.chmod(os.path.join(store, ".hpcdl-index-0"), 0o777)
+with open(os.path.join(store, ".hpcdl-index-0", "rows.jsonl"), "w") as f:
+    f.write('{"version": 1, "uid": 0}\\n["991231-235959-dddd", 0, 0, "RUNNING", "", 0, "fake", "train", "local", '
+            '"local", null, null, null, null, null, null, null]\\n')
+"""
+
+
+def test_a_shared_store_keeps_each_users_jobs_their_own(shared_store: Path, other_uid: int, tmp_path: Path,
+                                                       bystander: subprocess.Popen) -> None:
+    marker = tmp_path / "attacker-code-ran"
+    os.chmod(tmp_path, 0o777)  # the attacker's pickle could create its marker here, were it ever loaded
+    planted = _as_other_user(_OTHER_USERS_JOBS, str(shared_store), str(bystander.pid), str(marker))
+    assert planted.returncode == 0, planted.stderr
+    mine = _completed_function_job(shared_store)  # a shared store is accepted (it was refused outright)
+    assert mine.folder.stat().st_mode & 0o777 == 0o700 and mine.folder.stat().st_uid == os.getuid()
+
+    listing = _cli("hpcdl.jobs", "list")
+    assert listing.returncode == 0, listing.stderr
+    assert [line.split()[0] for line in listing.stdout.splitlines()[1:]] == [mine.id]
+    assert "991231-235959" not in listing.stderr  # others' jobs are expected in a shared store: no note
+    assert f"note: skipped {shared_store / '.hpcdl-index-0'}" in listing.stderr  # the planted index is not used
+
+    everyone = _cli("hpcdl.jobs", "list", "--all")
+    assert everyone.returncode == 0, everyone.stderr
+    rows = {line.split()[0]: line.split() for line in everyone.stdout.splitlines()[1:]}
+    assert rows[mine.id][-1] == "root"
+    assert rows["991231-235959-bbbb"][1:4] == ["theirs-bbbb", "local", "COMPLETED"]
+    assert rows["991231-235959-bbbb"][-1] == OTHER_USER
+    assert rows["991231-235959-aaaa"][-1] == OTHER_USER  # private, but root reads every folder
+    assert "991231-235959-dddd" not in everyone.stdout
+
+    for verb in ("cancel", "show", "fetch"):
+        for name in ("991231-235959-aaaa", "991231-235959-bbbb"):
+            done = _cli("hpcdl.jobs", verb, name, cwd=tmp_path)
+            assert done.returncode == 1 and f"is owned by uid {other_uid}, not by you" in done.stderr
+    assert bystander.poll() is None and not marker.exists()
+
+    theirs = _as_other_user("import sys; from hpcdl.jobs import main; sys.exit(main(['list', '--all']))")
+    assert theirs.returncode == 0, theirs.stderr
+    seen = {line.split()[0]: line for line in theirs.stdout.splitlines()[1:]}
+    assert "PRIVATE" in seen[mine.id] and "answer" not in theirs.stdout  # my job is mine alone
+    assert _as_other_user("import sys; from hpcdl.jobs import main; sys.exit(main(['cancel', sys.argv[1]]))",
+                          mine.id).returncode == 1
+    assert mine.state == "COMPLETED" and mine.result(timeout=0) == 42

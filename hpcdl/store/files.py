@@ -21,6 +21,8 @@ METRICS = "metrics.jsonl"
 """One JSON line per iteration and validation, appended as training goes."""
 REPORT_FIELDS = ("kind", "epoch", "iteration", "loss", "accuracy", "total", "time_s")
 """The fields of an hpcdl.report record in METRICS; any other is a number of the user's own."""
+METRICS_SUMMARY = "metrics-summary.json"
+"""What listings show of metrics.jsonl (counts, last iteration, best validation), kept by the run as it writes."""
 PLOT = "training-progress.png"
 """The training-progress plot."""
 CHECKPOINTS = "checkpoints"

@@ -13,17 +13,16 @@ import json
 import os
 import secrets
 import shutil
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from hpcdl.store.atomic import atomic_write_text
+from hpcdl.store.changes import note_change
 from hpcdl.errors import HpcdlError
 from hpcdl.store.files import FINAL, MANIFEST, STATUS
-from hpcdl.store.safety import (NotRegularFileError, UnsafeFolderError, check_job_key, check_store, open_folder,
-                                read_job_file, unsafe_reason)
+from hpcdl.store.safety import NotRegularFileError, check_job_key, check_store, open_folder, read_job_file
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "STOPPED", "OUT_OF_MEMORY", "NODE_FAIL", "LOST")
 DAMAGED = "DAMAGED"
@@ -85,8 +84,10 @@ def remove_job_folder(folder: Path) -> None:
 
 
 def write_json(path: Path, value: dict[str, Any]) -> None:
-    """Write ``value`` as JSON, atomically."""
+    """Write ``value`` as JSON, atomically (a job's manifest or status: marked changed for the store's index)."""
     atomic_write_text(path, json.dumps(value, indent=1, sort_keys=True) + "\n")
+    if path.name in (MANIFEST, STATUS):
+        note_change(path.parent)
 
 
 def read_json(path: Path, folder_fd: Optional[int] = None) -> Optional[dict[str, Any]]:
@@ -107,6 +108,8 @@ class JobRecord:
     reason: str = ""
     waiting_for: str = ""
     """Why the scheduler keeps a PENDING job waiting, in its own word (Slurm's: Resources, Priority, ...)."""
+    progress: Optional[dict[str, Any]] = None
+    """The progress view (hpcdl.store.follow.progress) when a listing took it from the store's index."""
 
     @property
     def id(self) -> str:
@@ -183,33 +186,15 @@ def load_record(folder: Path, store_fd: Optional[int] = None) -> Optional[JobRec
 
 
 def scan(roots: Optional[Iterable[Path]] = None, skipped: Optional[list[str]] = None) -> list[JobRecord]:
-    """Every job in the stores, oldest first, without asking any scheduler.
+    """Every job of this user's in the stores, oldest first, from each store's index, without asking any
+    scheduler (those not ended are read from their folders; hpcdl.store.listing).
 
-    Folders that are not this user's alone are never read; each is noted in ``skipped`` (path: why).
+    Folders that are not this user's alone are never read; each is noted in ``skipped`` (path: why), but for
+    other users' folders in a shared store.
     """
-    records = []
-    for root in roots if roots is not None else known_roots():
-        check_store(root)
-        # every job folder is opened from this descriptor: a parent of the store renamed away and back while
-        # the listing runs hides no job and makes none look ended (each folder is checked as it is opened)
-        store_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            for entry in os.scandir(store_fd):
-                if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
-                    continue
-                record, folder = None, root / entry.name
-                try:
-                    reason = unsafe_reason(entry.stat(follow_symlinks=False), stat.S_IFDIR)
-                    record = None if reason else load_record(folder, store_fd)
-                except UnsafeFolderError as e:  # swapped after the look above: still never trusted
-                    reason = str(e)
-                if reason and skipped is not None:
-                    skipped.append(f"{folder}: {reason}")
-                if record is not None and not reason:
-                    records.append(record)
-        finally:
-            os.close(store_fd)
-    return sorted(records, key=lambda r: 0 if r.state == DAMAGED else r.manifest["submitted_at"])
+    from hpcdl.store.listing import scan as scan_index
+
+    return scan_index(roots, skipped)
 
 
 def find(key: str, roots: Optional[Iterable[Path]] = None) -> JobRecord:
@@ -223,10 +208,10 @@ def find(key: str, roots: Optional[Iterable[Path]] = None) -> JobRecord:
             return record
     records = scan(roots)
     if key == "last" and records:
-        return records[-1]
+        return load_record(records[-1].folder) or records[-1]
     matches = [r for r in records if r.id.startswith(key) or r.backend_id == key]
     if len(matches) == 1:
-        return matches[0]
+        return load_record(matches[0].folder) or matches[0]
     if not matches:
         raise HpcdlError(f"no job {key!r} in {', '.join(map(str, roots)) or 'any store'}")
     raise HpcdlError(f"{key!r} matches {len(matches)} jobs: {', '.join(r.id for r in matches[:5])} ...")

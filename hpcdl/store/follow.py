@@ -8,65 +8,61 @@ import time
 from typing import Any, Optional, TextIO
 
 from hpcdl.store.job import Job
-from hpcdl.store.files import METRICS, REPORT_FIELDS
+from hpcdl.store.files import METRICS
 from hpcdl.store.folders import JobRecord
+from hpcdl.store.metrics import MetricsSummary, read_summary
 from hpcdl.store.safety import open_job_file
 from hpcdl.store.sweeps import is_sweep, points_done
 
-TAIL_BYTES = 65536
 
-
-def read_records(record: JobRecord, tail_bytes: Optional[int] = TAIL_BYTES) -> list[dict[str, Any]]:
-    """The metrics records of a job (only those in the last ``tail_bytes`` when given)."""
+def read_records(record: JobRecord) -> list[dict[str, Any]]:
+    """Every metrics record of a job (for plots: listings read its summary, hpcdl.store.metrics)."""
     try:
         with open_job_file(record.folder, METRICS) as f:
-            if tail_bytes is not None:
-                f.seek(0, 2)
-                f.seek(max(0, f.tell() - tail_bytes))
             lines = f.read().decode(errors="replace").splitlines()
     except FileNotFoundError:
         return []
     records = []
-    for line in lines[1:] if tail_bytes is not None and len(lines) > 1 else lines:
+    for line in lines:
         try:
             records.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut by the tail or still being written
+        except json.JSONDecodeError:  # a line still being written
             continue
     return records
 
 
-def progress(record: JobRecord, records: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
+def progress(record: JobRecord) -> dict[str, Any]:
     """Fraction done, last epoch/iteration/loss/accuracy and best validation accuracy of a job: a training job's
-    epochs of training.max_epochs, or what the user's code reported (step of total, its own metrics)."""
-    records = read_records(record) if records is None else records
-    iterations = [r for r in records if r["kind"] == "iteration"]
-    validations = [r for r in records if r["kind"] == "validation" and r.get("accuracy") is not None]
+    epochs of training.max_epochs, or what the user's code reported (step of total, its own metrics); from the
+    run's metrics summary (a listing's record carries it from the store's index)."""
+    view = dict(record.progress) if record.progress is not None else _view(record, read_summary(record.folder))
+    if record.state == "COMPLETED":
+        view["fraction"] = 1.0
+    return view
+
+
+def _view(record: JobRecord, summary: MetricsSummary) -> dict[str, Any]:
     trainer = record.manifest.get("kind") not in ("entry", "script", "function")
     config = record.plan.get("config") or {}
     max_epochs = (config.get("training") or {}).get("max_epochs") if trainer else None
     view: dict[str, Any] = {"max_epochs": max_epochs}
-    if iterations:
-        last = iterations[-1]
-        view.update(epoch=last.get("epoch"), iteration=last["iteration"], loss=last.get("loss"),
-                    accuracy=last.get("accuracy"), total=last.get("total"))
+    last = summary.last
+    if last is not None:
+        view.update(epoch=last["epoch"], iteration=last["iteration"], loss=last["loss"], accuracy=last["accuracy"],
+                    total=last["total"])
         if not trainer:
-            view["metrics"] = {k: v for k, v in last.items() if k not in REPORT_FIELDS}
+            view["metrics"] = last["metrics"]
         if last.get("total"):  # the trainer's iterations in all, or hpcdl.report(..., total=N) from the user's code
             view["fraction"] = min(1.0, last["iteration"] / last["total"])
         elif max_epochs:
-            # the first iteration of an epoch after the first counts the iterations of those before it
-            per_epoch = next(((r["iteration"] - 1) / (r["epoch"] - 1) for before, r in zip(iterations, iterations[1:])
-                              if r["epoch"] > before["epoch"] and r["iteration"] > 1), None)
-            if per_epoch:
-                view["total"] = round(per_epoch * max_epochs)
-                view["fraction"] = min(1.0, last["iteration"] / (per_epoch * max_epochs))
+            if summary.per_epoch:
+                view["total"] = round(summary.per_epoch * max_epochs)
+                view["fraction"] = min(1.0, last["iteration"] / (summary.per_epoch * max_epochs))
             else:
                 view["fraction"] = (last["epoch"] - 1) / max_epochs
-    if validations:
-        view["best_validation_accuracy"] = max(r["accuracy"] for r in validations)
-        view["validation_accuracy"] = validations[-1]["accuracy"]
-    if record.state == "COMPLETED":
-        view["fraction"] = 1.0
+    if summary.best_validation_accuracy is not None:
+        view["best_validation_accuracy"] = summary.best_validation_accuracy
+        view["validation_accuracy"] = summary.validation_accuracy
     return view
 
 

@@ -58,11 +58,15 @@ def unsafe_reason(info: os.stat_result, kind: int) -> str:
 
 def _open(path: str, flags: int, kind: int, dir_fd: Optional[int] = None) -> int:
     """Open ``path`` (its last part, relative to ``dir_fd`` when given) and check what was opened."""
+    name = path if dir_fd is None else os.path.basename(path)
     try:
-        fd = os.open(path if dir_fd is None else os.path.basename(path), flags, dir_fd=dir_fd)
+        fd = os.open(name, flags, dir_fd=dir_fd)
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENOTDIR):  # a link where O_NOFOLLOW refuses to go
             raise UnsafeFolderError(f"{path}: is a symbolic link or not a folder; refusing to read it") from None
+        reason = unsafe_reason(os.lstat(name, dir_fd=dir_fd), kind) if e.errno == errno.EACCES else ""
+        if reason:  # another user's (in a shared store): refused as it is when it can be opened
+            raise UnsafeFolderError(f"{path}: {reason}; refusing to read it") from None
         raise
     info = os.fstat(fd)
     reason = unsafe_reason(info, kind)
@@ -79,8 +83,11 @@ def open_folder(folder: Path, parent_fd: Optional[int] = None) -> int:
     return _open(os.fspath(folder), _FOLDER, stat.S_IFDIR, dir_fd=parent_fd)
 
 
-def check_store(root: Path) -> None:
-    """UnsafeFolderError unless the store folder ``root`` is this user's alone."""
+def check_store(root: Path) -> bool:
+    """UnsafeFolderError unless the store folder ``root`` is this user's alone (False) or shared safely (True):
+    with the sticky bit (like /tmp: each entry can be renamed or removed only by its owner), or a group's
+    folder with the setgid bit that others may not write. In a shared store each job folder is its creator's,
+    owner-only, and other users' folders are never trusted."""
     try:
         fd = os.open(root, _FOLDER)
     except OSError as e:
@@ -88,11 +95,17 @@ def check_store(root: Path) -> None:
             raise
         reason = "is a symbolic link or not a folder"
     else:
-        reason = unsafe_reason(os.fstat(fd), stat.S_IFDIR)
+        info = os.fstat(fd)
         os.close(fd)
+        mode = info.st_mode
+        if mode & stat.S_ISVTX or mode & stat.S_ISGID and mode & stat.S_IWGRP and not mode & stat.S_IWOTH:
+            return True
+        reason = unsafe_reason(info, stat.S_IFDIR)
     if reason:
         raise UnsafeFolderError(f"job store {root}: {reason}; a store must be yours alone (others could plant "
-                                "or swap jobs in it)")
+                                "or swap jobs in it), or shared: with the sticky bit (chmod +t), or a group's "
+                                "folder with setgid that others may not write (chmod g+s,o-w)")
+    return False
 
 
 def open_job_file(folder: Path, name: str | PurePath, folder_fd: Optional[int] = None) -> IO[bytes]:

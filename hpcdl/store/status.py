@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcdl.store.atomic import create_once
+from hpcdl.store.changes import note_change
 from hpcdl.store.files import FINAL, RANK_RESULTS, RANKS_DONE, STATUS
 from hpcdl.store.folders import read_json, write_json
 
@@ -30,7 +31,10 @@ def write_status(folder: Path, state: str, **fields: Any) -> None:
 def write_final(folder: Path, state: str, **fields: Any) -> bool:
     """Record the job's final state unless one is recorded already; True when this call's state holds."""
     final = {**fields, "state": state, "ended_at": fields.get("ended_at", time.time())}
-    return create_once(folder / FINAL, json.dumps(final, indent=1, sort_keys=True) + "\n")
+    won = create_once(folder / FINAL, json.dumps(final, indent=1, sort_keys=True) + "\n")
+    if won:
+        note_change(folder)
+    return won
 
 
 def forget_ranks_of_last_run(folder: Path) -> None:
@@ -43,3 +47,4 @@ def withdraw_final(folder: Path) -> None:
     """Remove the final state recorded (a cancel the scheduler refused, an earlier run's failure that a restart
     overrides)."""
     (folder / FINAL).unlink(missing_ok=True)
+    note_change(folder)

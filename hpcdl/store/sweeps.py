@@ -208,7 +208,7 @@ def curves_figure(points: list[JobRecord]) -> Any:
 
     from hpcdl.store.follow import read_records
 
-    curves = [(p, read_records(p, tail_bytes=None)) for p in points if p.state != DAMAGED]
+    curves = [(p, read_records(p)) for p in points if p.state != DAMAGED]
     curves = [(p, records) for p, records in curves if any(r.get("kind") == "iteration" for r in records)]
     if not curves:
         return None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -19,9 +18,9 @@ from typing import Any, Callable, Optional, Sequence, TextIO
 
 import torch
 
-from hpcdl.errors import FolderGoneError
 from hpcdl.store.atomic import atomic_open, make_folder
 from hpcdl.store.files import METRICS, PLOT, REPORT_FIELDS
+from hpcdl.store.metrics import MetricsLog
 from hpcdl.config import TrainingOptions
 from hpcdl.train.settings import RunSettings
 from hpcdl.train.datawait import Wait
@@ -124,11 +123,8 @@ class Progress:
         self.folder = settings.output_dir
         if self.folder:
             make_folder(self.folder)
-            with atomic_open(self.folder / METRICS) as f:  # a resumed run keeps only its past
-                for record in sorted(info.history + info.validation_history,
-                                     key=lambda r: (r["iteration"], r["kind"] == "validation")):
-                    f.write(json.dumps(record) + "\n")
-            self.metrics = open(self.folder / METRICS, "a")
+            self.metrics = MetricsLog(self.folder, sorted(  # a resumed run keeps only its past
+                info.history + info.validation_history, key=lambda r: (r["iteration"], r["kind"] == "validation")))
 
     def elapsed(self) -> float:
         """Seconds of training, counting those before a resume."""
@@ -198,10 +194,7 @@ class Progress:
 
     def write(self, record: Record) -> None:
         if self.folder:
-            if os.fstat(self.metrics.fileno()).st_nlink == 0:  # deleted with its folder: written to no one
-                raise FolderGoneError(f"{self.folder / METRICS}: deleted while training ran; stopping")
-            self.metrics.write(json.dumps(record) + "\n")
-            self.metrics.flush()
+            self.metrics.write(record)
 
     def print_row(self, record: Record, validation: Optional[Record]) -> None:
         if not self.header_printed:

@@ -1,0 +1,49 @@
+"""Marks of the jobs whose state changed, for the store's index (hpcdl.store.index): one empty file per job.
+
+The marks live in this user's index folder, ``.hpcdl-index-UID/`` in the store, beside the index's rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Optional
+
+from hpcdl.errors import HpcdlError
+from hpcdl.store.safety import open_folder
+
+PREFIX = ".hpcdl-index-"
+MARK = ".changed"
+"""The suffix of a job's mark: ID.changed."""
+
+
+def index_folder(root: Path) -> Path:
+    """This user's index folder in the store ``root``."""
+    return root / f"{PREFIX}{os.getuid()}"
+
+
+def open_index(root: Path, create: bool) -> Optional[int]:
+    """A descriptor of this user's index folder (made when ``create``), checked to be theirs alone."""
+    folder = index_folder(root)
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, 0o700)
+    try:
+        return open_folder(folder)
+    except FileNotFoundError:
+        return None
+
+
+def note_change(folder: Path) -> None:
+    """Mark the job in ``folder`` as changed for its store's index; never fails its caller (a store this
+    user may only read, or an index folder planted by another user, is read in full by the next listing)."""
+    with contextlib.suppress(OSError, HpcdlError):
+        fd = open_index(folder.parent, create=True)
+        if fd is None:
+            return
+        try:
+            os.close(os.open(folder.name + MARK, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                             dir_fd=fd))
+        finally:
+            os.close(fd)

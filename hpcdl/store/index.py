@@ -1,0 +1,236 @@
+"""The store's index: one line per job, so that a listing reads one file rather than every job's folder.
+
+Each user keeps their own in each store, ``.hpcdl-index-UID/`` (owner-only) beside the job folders: the
+rows in ``rows.jsonl`` and an empty ``ID.changed`` mark per job whose state changed since they were
+written. Every write of a job's state (manifest, status, final state and its withdrawal) marks its job;
+a mark is one file created for that job alone, so concurrent writers lose none. A listing takes the
+index's lock, removes the marks it finds, reads those jobs' folders again (and every folder the rows do
+not hold, and every job that has not ended), drops the rows of folders that are gone and rewrites
+rows.jsonl atomically. Rows are never trusted over the folders: each is plain JSON checked field by field
+(one that fails is read again from its folder), and a row is shown only while its folder's modification
+time is the one it recorded (otherwise the folder is read again). Folders of other users are recorded by
+owner alone: their content is read, as JSON and never unpickled, only for ``jobs list --all``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from hpcdl.store.atomic import atomic_write_text
+from hpcdl.store.changes import MARK, index_folder, note_change, open_index
+from hpcdl.store.folders import DAMAGED, FINAL_STATES, JobRecord, load_record
+from hpcdl.store.safety import JOB_KEY, UnsafeFolderError, unsafe_reason
+
+ROWS = "rows.jsonl"
+LOCK = "lock"
+VERSION = 1
+_FIELDS = ("id", "mtime_ns", "uid", "state", "reason", "submitted_at", "name", "kind", "profile", "backend",
+           "backend_id", "started_at", "ended_at", "fraction", "best_validation_accuracy", "sweep", "points")
+(ID, MTIME, UID, STATE, REASON, SUBMITTED, NAME, KIND, PROFILE, BACKEND, BACKEND_ID, STARTED, ENDED, FRACTION,
+ BEST, SWEEP, POINTS) = range(len(_FIELDS))
+_NUMBER = (int, float)
+_TYPES: tuple[tuple, ...] = ((str,), (int,), (int,), (str,), (str,), _NUMBER, (str,), (str,), (str,), (str,),
+                             (str, type(None)), (*_NUMBER, type(None)), (*_NUMBER, type(None)),
+                             (*_NUMBER, type(None)), (*_NUMBER, type(None)), (dict, type(None)), (list, type(None)))
+_EXACT_TYPES = tuple(frozenset(kinds) for kinds in _TYPES)  # exact: a bool is no number here
+Row = list
+_ENDED = frozenset((*FINAL_STATES, DAMAGED))
+_USER = os.getuid()  # a process's own uid does not change
+
+
+def valid_row(row: Any) -> bool:
+    """True for a row of the index's shape: every field of its type, the id a job key and no path."""
+    return (type(row) is list and len(row) == len(_FIELDS)
+            and all(map(frozenset.__contains__, _EXACT_TYPES, map(type, row)))
+            and JOB_KEY.match(row[ID]) is not None
+            and (row[POINTS] is None or all(isinstance(p, str) and JOB_KEY.match(p) for p in row[POINTS])))
+
+
+def row_of(record: JobRecord, mtime_ns: int) -> Row:
+    """The index row of a job read from its folder (its progress taken from the run's metrics summary)."""
+    from hpcdl.store.follow import progress
+
+    view: dict[str, Any] = {}
+    if record.state != DAMAGED and record.manifest.get("kind") != "sweep":
+        try:
+            view = progress(record)
+        except (KeyError, TypeError, ValueError, AttributeError, OSError) as e:
+            record.state, record.reason = DAMAGED, f"unexpected content: {type(e).__name__}: {e}"
+    m, status = record.manifest, record.status
+
+    def typed(value: Any, index: int) -> Any:  # times to the millisecond, accuracies to 1e-6: a shorter index
+        if type(value) is float and index in (SUBMITTED, STARTED, ENDED, FRACTION, BEST):
+            return round(value, 3 if index in (SUBMITTED, STARTED, ENDED) else 6)
+        return value if type(value) in _EXACT_TYPES[index] else None
+
+    row = [record.id, mtime_ns, os.getuid(), record.state, record.reason,
+           typed(m.get("submitted_at"), SUBMITTED) or 0, typed(m.get("name"), NAME) or "?",
+           typed(m.get("kind"), KIND) or "", typed(m.get("profile"), PROFILE) or "",
+           typed(((m.get("plan") or {}).get("cluster") or {}).get("backend") if isinstance(m.get("plan"), dict)
+                 and isinstance(m["plan"].get("cluster"), dict) else None, BACKEND) or "",
+           typed(m.get("backend_id"), BACKEND_ID), typed(status.get("started_at"), STARTED),
+           typed(status.get("ended_at"), ENDED), typed(view.get("fraction"), FRACTION),
+           typed(view.get("best_validation_accuracy"), BEST), typed(m.get("sweep"), SWEEP),
+           typed(m.get("points"), POINTS)]
+    return row if valid_row(row) else [*row[:POINTS], None]
+
+
+def foreign_row(name: str, info: os.stat_result) -> Row:
+    """The row of another user's folder: its name, time and owner, nothing of its content."""
+    return [name, info.st_mtime_ns, info.st_uid, "", "", 0, "", "", "", "", None, None, None, None, None, None, None]
+
+
+def record_of(root: Path, row: Row) -> JobRecord:
+    """A listing's record of an indexed job (the manifest and status fields a listing shows)."""
+    manifest = {"id": row[ID], "name": row[NAME], "kind": row[KIND], "profile": row[PROFILE],
+                "submitted_at": row[SUBMITTED], "backend_id": row[BACKEND_ID],
+                "plan": {"cluster": {"backend": row[BACKEND]}}}
+    if row[SWEEP] is not None:
+        manifest["sweep"] = row[SWEEP]
+    if row[POINTS] is not None:
+        manifest["points"] = row[POINTS]
+    status = {"started_at": row[STARTED], "ended_at": row[ENDED]}
+    if row[STATE] not in FINAL_STATES and row[STATE] != DAMAGED:
+        status["state"] = row[STATE]
+    view = {key: row[index] for key, index in (("fraction", FRACTION), ("best_validation_accuracy", BEST))
+            if row[index] is not None}
+    return JobRecord(root / row[ID], manifest, status, row[STATE], row[REASON], view)
+
+
+def is_open(row: Row) -> bool:
+    """True for a job of this user's that has not ended (its state is asked again at every listing)."""
+    return row[STATE] not in _ENDED and row[KIND] != "sweep" and row[UID] == _USER
+
+
+def read_row(root: Path, name: str, skipped: Optional[list[str]]) -> Optional[Row]:
+    """The row of ``root``/``name`` read from the folder; None for no job (and a note in ``skipped`` for a
+    folder of this user's that is not theirs alone, or another user's in a store that is not shared)."""
+    path = root / name
+    try:
+        info = os.lstat(path)
+        if info.st_uid != os.getuid() and stat.S_ISDIR(info.st_mode):
+            return foreign_row(name, info)
+        reason = unsafe_reason(info, stat.S_IFDIR)
+        record = None if reason else load_record(path)
+    except FileNotFoundError:
+        return None
+    except UnsafeFolderError as e:  # swapped after the look above: still never trusted
+        reason = str(e)
+    if reason:
+        if skipped is not None:
+            skipped.append(f"{path}: {reason}")
+        return None
+    return None if record is None else row_of(record, info.st_mtime_ns)
+
+
+@contextlib.contextmanager
+def _locked(fd: Optional[int]) -> Iterator[bool]:
+    """The index's lock held (True), or False where it cannot be taken (a store this user may only read)."""
+    if fd is None:
+        yield False
+        return
+    try:
+        lock = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+    except OSError:
+        yield False
+        return
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield True
+    finally:
+        os.close(lock)
+
+
+def _saved_rows(fd: int) -> dict[str, Row]:
+    """The rows of rows.jsonl that pass their checks (none when it is missing, of another version or not
+    this user's alone)."""
+    try:
+        file = os.open(ROWS, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    except FileNotFoundError:
+        return {}
+    with os.fdopen(file, "rb") as f:
+        if unsafe_reason(os.fstat(f.fileno()), stat.S_IFREG):
+            return {}
+        header, _, body = f.read().partition(b"\n")
+    try:
+        if json.loads(header) != {"version": VERSION, "uid": os.getuid()}:
+            return {}
+        rows = json.loads(b"[" + body.rstrip(b"\n").replace(b"\n", b",") + b"]")
+    except ValueError:  # a damaged file: every folder is read again
+        return {}
+    return {row[ID]: row for row in rows if valid_row(row)}
+
+
+def _write_rows(root: Path, rows: list[Row]) -> None:
+    lines = [json.dumps({"version": VERSION, "uid": os.getuid()})]
+    lines += [json.dumps(row, separators=(",", ":")) for row in rows]
+    atomic_write_text(index_folder(root) / ROWS, "\n".join(lines) + "\n")
+
+
+def _sort_key(row: Row) -> float:
+    return 0 if row[STATE] == DAMAGED else row[SUBMITTED]
+
+
+def indexed_rows(root: Path, skipped: Optional[list[str]] = None) -> list[Row]:
+    """Every job folder's row in ``root``, oldest first, brought up to date with the folders (see the module).
+
+    A folder of this user's that is not theirs alone is left out and noted in ``skipped`` (path: why).
+    """
+    names = {entry.name for entry in os.scandir(root)
+             if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False)}
+    try:
+        fd = open_index(root, create=True)
+    except OSError:  # a store this user may only read: an index there, or none
+        fd = open_index(root, create=False)
+    except UnsafeFolderError as e:
+        if skipped is not None:
+            skipped.append(f"{index_folder(root)}: {e}; every folder is read instead")
+        fd = None
+    try:
+        with _locked(fd) as writable:
+            rows = _saved_rows(fd) if fd is not None else {}
+            marks = [entry.name for entry in os.scandir(fd) if entry.name.endswith(MARK)] if fd is not None else []
+            again = {name for name in names if name not in rows or is_open(rows[name])}
+            for mark in marks:
+                if writable:  # removed before its folder is read: a change made meanwhile marks it anew
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(mark, dir_fd=fd)
+                again.add(mark[:-len(MARK)])
+            changed = bool(marks) or any(name not in names for name in rows)
+            for name in again & names:
+                row = read_row(root, name, skipped)
+                if row is None:  # no job (yet), or a folder that is not this user's alone: noted each time
+                    changed = rows.pop(name, None) is not None or changed
+                elif row != rows.get(name):  # a running job's progress alone is not worth rewriting the rows
+                    before, rows[name] = rows.get(name), row
+                    changed = changed or before is None or before[STATE] != row[STATE] or not is_open(row)
+            fresh = [row for name, row in rows.items() if name in names]
+            if changed:  # as saved, the rows are in order
+                fresh.sort(key=_sort_key)
+            if changed and writable:
+                with contextlib.suppress(OSError):
+                    _write_rows(root, fresh)
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return fresh
+
+
+def confirmed(root: Path, row: Row, skipped: Optional[list[str]] = None) -> Optional[Row]:
+    """``row`` while its folder's modification time is the one it recorded; else the folder read again
+    (None when it is no job now)."""
+    try:
+        if os.lstat(root / row[ID]).st_mtime_ns == row[MTIME]:
+            return row
+    except FileNotFoundError:
+        return None
+    fresh = read_row(root, row[ID], skipped)
+    if fresh is not None and fresh[UID] == os.getuid():
+        note_change(root / row[ID])  # the next listing writes the fresh row
+    return fresh

@@ -1,0 +1,150 @@
+"""A run's metrics: metrics.jsonl, one JSON line per iteration and validation, and its summary beside it.
+
+The summary (counts, the last iteration, the best and last validation accuracy, how many bytes of
+metrics.jsonl it covers) is kept by the run as it appends, rewritten atomically at most every
+SUMMARY_INTERVAL_S and when the run closes its log. A reader takes the summary and folds in the lines
+written after it (a few seconds' worth), so no listing re-reads a whole metrics file, nor trusts a tail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from hpcdl.errors import FolderGoneError
+from hpcdl.store.atomic import atomic_open, atomic_write_text
+from hpcdl.store.files import METRICS, METRICS_SUMMARY, REPORT_FIELDS
+from hpcdl.store.safety import open_job_file, read_job_file
+
+SUMMARY_INTERVAL_S = 5.0
+"""How often a run rewrites its summary while it appends records (and once more when it closes)."""
+_LAST_KEYS = ("epoch", "iteration", "loss", "accuracy", "total", "metrics")
+
+
+@dataclass
+class MetricsSummary:
+    """What listings need of a run's records, folded one record at a time."""
+
+    bytes: int = 0
+    """How much of metrics.jsonl the summary covers."""
+    iterations: int = 0
+    validations: int = 0
+    last: Optional[dict[str, Any]] = None
+    """The last iteration's epoch, iteration, loss, accuracy, total (hpcdl.report's ``total``) and metrics (the
+    other numbers the user's code reported)."""
+    per_epoch: Optional[float] = None
+    """Iterations per epoch: counted by the first iteration of an epoch after the first."""
+    best_validation_accuracy: Optional[float] = None
+    validation_accuracy: Optional[float] = None
+
+    def add(self, record: dict[str, Any]) -> None:
+        """Fold in one record (KeyError or TypeError for an iteration record without its numbers: an iteration,
+        and an epoch and loss where given)."""
+        if record.get("kind") == "iteration":
+            before, self.iterations = self.last, self.iterations + 1
+            for key in ("epoch", "iteration", "loss"):
+                if not isinstance(record[key], (int, float)) and (key == "iteration" or record[key] is not None):
+                    raise TypeError(f"{METRICS}: an iteration's {key!r} is {record[key]!r}")
+            self.last = {key: record.get(key) for key in _LAST_KEYS if key != "metrics"}
+            self.last["metrics"] = {key: value for key, value in record.items()
+                                    if key not in REPORT_FIELDS and isinstance(value, (int, float))}
+            if self.per_epoch is None and before is not None and record["epoch"] is not None \
+                    and before["epoch"] is not None and record["epoch"] > before["epoch"] and record["iteration"] > 1:
+                self.per_epoch = (record["iteration"] - 1) / (record["epoch"] - 1)
+        elif record.get("kind") == "validation":
+            self.validations += 1
+            accuracy = record.get("accuracy")
+            if isinstance(accuracy, (int, float)):
+                self.validation_accuracy = accuracy
+                self.best_validation_accuracy = max(accuracy, self.best_validation_accuracy or accuracy)
+
+    def add_lines(self, data: bytes) -> None:
+        """Fold in the complete lines of ``data`` (read from ``self.bytes`` on); a line still being written
+        is left for later, a line that is not a JSON object is skipped."""
+        end = data.rfind(b"\n") + 1
+        for line in data[:end].splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                self.add(record)
+        self.bytes += end
+
+    @classmethod
+    def from_json(cls, value: Any) -> "MetricsSummary":
+        """A summary from its file's content; ValueError for anything not of its shape."""
+        if not isinstance(value, dict) or set(value) != {f.name for f in fields(cls)}:
+            raise ValueError(f"{METRICS_SUMMARY}: not a metrics summary")
+        summary = cls(**value)
+        numbers = (summary.bytes, summary.iterations, summary.validations)
+        if not all(isinstance(n, int) and n >= 0 for n in numbers) or not (
+                summary.last is None or isinstance(summary.last, dict) and set(summary.last) == set(_LAST_KEYS)):
+            raise ValueError(f"{METRICS_SUMMARY}: not a metrics summary")
+        return summary
+
+
+def read_summary(folder: Path) -> MetricsSummary:
+    """The summary of the run in ``folder`` as of now: its summary file and the records appended since.
+
+    Without a summary file (a job of an earlier version), or when metrics.jsonl was rewritten since, the
+    whole file is folded. ValueError for a summary file of the wrong shape.
+    """
+    saved = read_job_file(folder, METRICS_SUMMARY)
+    summary = MetricsSummary() if saved is None else MetricsSummary.from_json(json.loads(saved))
+    try:
+        with open_job_file(folder, METRICS) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < summary.bytes:  # rewritten (a resumed run) after this summary was saved
+                summary = MetricsSummary()
+            f.seek(summary.bytes)
+            summary.add_lines(f.read())
+    except FileNotFoundError:
+        pass
+    return summary
+
+
+class MetricsLog:
+    """metrics.jsonl of a run that appends to it, its summary saved at most every SUMMARY_INTERVAL_S."""
+
+    def __init__(self, folder: Path, records: Optional[Iterable[dict[str, Any]]] = None) -> None:
+        """Start from ``records`` (the file rewritten with them: a resumed trainer keeps only its past), or
+        else from what the file holds (hpcdl.report's records of an earlier run go on)."""
+        self.path, self.summary_path = folder / METRICS, folder / METRICS_SUMMARY
+        self.summary = MetricsSummary()
+        if records is not None:
+            with atomic_open(self.path) as f:
+                for record in records:
+                    f.write(json.dumps(record) + "\n")
+        self.file = open(self.path, "ab")
+        if self.file.tell():
+            with open(self.path, "rb") as existing:
+                self.summary.add_lines(existing.read(self.file.tell()))
+        self.saved_at = 0.0
+        self.save()
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record; the summary is saved when it is due."""
+        if os.fstat(self.file.fileno()).st_nlink == 0:  # deleted with its folder: written to no one
+            raise FolderGoneError(f"{self.path}: deleted while the job ran; stopping")
+        line = (json.dumps(record) + "\n").encode()
+        self.file.write(line)
+        self.file.flush()
+        self.summary.add(record)
+        self.summary.bytes += len(line)
+        if time.monotonic() - self.saved_at > SUMMARY_INTERVAL_S:
+            self.save()
+
+    def save(self) -> None:
+        """Rewrite the summary (atomically) to cover every record written so far."""
+        atomic_write_text(self.summary_path, json.dumps(asdict(self.summary)) + "\n")
+        self.saved_at = time.monotonic()
+
+    def close(self) -> None:
+        """Save the summary and close the file."""
+        self.save()
+        self.file.close()
