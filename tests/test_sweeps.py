@@ -265,9 +265,9 @@ def test_the_basic_sweepers_batches_go_in_as_one_sweep_with_plain_values_as_hydr
 def _moment(store: Path, moment: str, points: int) -> bool:
     """Whether a submission of ``points`` points has reached ``moment``."""
     sweeps = [p for p in store.iterdir() if "_" not in p.name] if store.is_dir() else []
-    if not sweeps:
+    if not sweeps or not (sweeps[0] / "manifest.json").exists():
         return False
-    if moment == "sweep folder made":
+    if moment == "sweep recorded":
         return True
     written = sum(1 for p in store.iterdir() if (p / "manifest.json").exists()) - 1
     if moment == "some points written":
@@ -277,7 +277,7 @@ def _moment(store: Path, moment: str, points: int) -> bool:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
-@pytest.mark.parametrize("moment", ["sweep folder made", "some points written", "handed to the runner"])
+@pytest.mark.parametrize("moment", ["sweep recorded", "some points written", "handed to the runner"])
 def test_an_interrupted_sweep_submission_leaves_nothing_or_a_sweep_listed_interrupted_that_cancel_removes(
         store: Path, tmp_path: Path, signum: int, moment: str) -> None:
     points = 300

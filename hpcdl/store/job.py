@@ -15,10 +15,10 @@ from hpcdl.errors import HpcdlError, JobFailedError
 from hpcdl.store.files import FUNCTION_RESULT, RANK_RESULTS, RESULT
 from hpcdl.store.folders import DAMAGED, JobRecord, find, load_record, read_json
 from hpcdl.store.safety import load_pickle, read_job_file
-from hpcdl.store.states import resolve_states
+from hpcdl.store.states import resolve_states, resolve_sweep
 from hpcdl.store.status import withdraw_final, write_final
 from hpcdl.store.atomic import create_once, sync_filesystem
-from hpcdl.store.sweeps import CANCELLED_MARK, INTERRUPTED, is_sweep, load_points, remove_interrupted
+from hpcdl.store.sweeps import CANCELLED_MARK, INTERRUPTED, is_sweep, remove_interrupted
 
 POLL_S = 1.0
 
@@ -119,7 +119,11 @@ class Job:
         """CANCELLED for each point not ended yet, then the sweep's arrays (or runner) and any point resubmitted
         on its own are ended; if the scheduler refuses, the points' CANCELLED is withdrawn. A mark in the
         sweep's folder makes its sweeper's later batches refused."""
-        record = self.refresh()
+        record = load_record(self.folder)
+        if record is None:
+            raise HpcdlError(f"{self.folder}: the job's manifest is gone")
+        points = resolve_sweep(record, {})  # each point read once: a sweep may have 10,000
+        self._record = record
         create_once(record.folder / CANCELLED_MARK, f"{time.time()}\n")
         handed = [h for h in (record.backend_id or "").split(",") if h]
         backend = backend_for(record.backend)
@@ -130,7 +134,6 @@ class Job:
             return True
         if record.final:
             return False
-        points, _ = load_points(record, {})
         marked = [p for p in points if not p.final and write_final(
             p.folder, "CANCELLED", durable=False, reason=f"sweep {record.id} cancelled with hpcdl")]
         sync_filesystem(record.folder.parent)  # every point's CANCELLED at once, not an fsync a point

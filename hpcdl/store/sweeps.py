@@ -68,7 +68,7 @@ def _submitter_runs(manifest: dict[str, Any]) -> bool:
 def submission_state(sweep: JobRecord) -> Optional[str]:
     """SUBMITTING while a submission of the sweep's points is under way, INTERRUPTED once its submitter
     ended without finishing it; None when the scheduler has every point listed."""
-    if not sweep.manifest.get(SUBMITTING):
+    if SUBMITTING not in sweep.manifest:
         return None
     return "SUBMITTING" if _submitter_runs(sweep.manifest) else INTERRUPTED
 

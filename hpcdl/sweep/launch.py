@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 from hpcdl.errors import JobFailedError
 from hpcdl.plan import JobPlan, resolve, resolve_function
 from hpcdl.store.files import FUNCTION_RESULT, RESULT
-from hpcdl.store.folders import JobRecord, load_record, read_json
+from hpcdl.store.folders import JobRecord, load_record, read_json, remove_job_folder
 from hpcdl.store.safety import load_pickle
 from hpcdl.sweep.hydra_task import run_point
 from hpcdl.sweep.points import PlainPoint, hydra_files, install, task_config
@@ -143,7 +143,6 @@ def _submit_batch(launcher: Any, checked: list[_Checked]) -> list[_Checked]:
         command = launcher.task_function.hpcdl_command if own_app else sys.argv[1:]
         launcher.sweep = open_sweep(checked[0].plan, _sweep_name(config, own_app), command, OmegaConf.to_yaml(config))
     sweep = launcher.sweep
-    shared = None if own_app else _share_task(launcher, sweep, checked[0].num)
     composer = install(launcher.hydra_context.config_loader)
 
     def point(check: _Checked) -> SweepPoint:
@@ -168,9 +167,11 @@ def _submit_batch(launcher: Any, checked: list[_Checked]) -> list[_Checked]:
                           payload=(run_point, (sweep.id, shared, task_point, os.getcwd()), {}))
 
     try:
+        shared = None if own_app else _share_task(launcher, sweep, checked[0].num)
         add_points(sweep, [point(check) for check in checked], options)
     except BaseException:
         if opened and not sweep.manifest["points"]:  # nothing of the sweep is left behind
+            remove_job_folder(sweep.folder)
             launcher.sweep = None
         raise
     return checked

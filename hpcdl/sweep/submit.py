@@ -74,15 +74,18 @@ class Sweep:
 
 
 def open_sweep(plan: JobPlan, name: str, overrides: Sequence[str], multirun_yaml: Optional[str]) -> Sweep:
-    """Create the sweep's folder (with Hydra's multirun.yaml) in the store of ``plan``'s profile."""
+    """Create the sweep's folder (its manifest marked as being submitted, Hydra's multirun.yaml) in the store of
+    ``plan``'s profile."""
     root = store_root(plan.cluster.store)
     try:
         sweep_id, folder = new_job_folder(root)
     except OSError as e:
         raise SubmissionError(f"cannot write the job store {root}: {e.strerror or e}; nothing was submitted") from e
     manifest = {**job_manifest(sweep_id, plan, overrides, None), "kind": SWEEP, "name": name,
-                "plan": {"cluster": dataclasses.asdict(plan.cluster)}, "points": [], "backend_id": None}
+                "plan": {"cluster": dataclasses.asdict(plan.cluster)}, "points": [], "backend_id": None,
+                SUBMITTING: 0}
     try:
+        write_json(folder / MANIFEST, manifest)  # first: killed from here on, the sweep is listed INTERRUPTED
         if multirun_yaml is not None:
             atomic_write_text(folder / "multirun.yaml", multirun_yaml)
     except BaseException:
@@ -192,7 +195,7 @@ def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions
         for folder in created:
             remove_job_folder(folder)
         sweep.manifest = before
-        if not before["points"]:
+        if not before["points"]:  # the sweep's own folder last: cut short, what is left is named by it
             remove_job_folder(sweep.folder)
         else:
             write_json(sweep.folder / MANIFEST, before)
