@@ -10,7 +10,13 @@ In one run, with the runs of each comparison alternating:
      (hydra.launcher.points_per_task=8) against one array task of 1 CPU per point: seconds to all done.
 Medians, best and spread are printed as ratios hpcdl / baseline and written to benchmarks/results/.
 
+With --scale N [N ...] it measures large sweeps instead: a sweep of N points of the same app (points that do
+nothing) on the local profile and, with --slurm, on the test cluster: seconds to the prompt, the submitting
+process's CPU seconds and peak memory, then `jobs cancel SWEEP` (seconds); results in
+benchmarks/results/sweep_scale.json.
+
     eval "$(bash slurm/cluster.sh env)"; python benchmarks/sweep_submit.py [--points 100] [--repeats 2]
+    python benchmarks/sweep_submit.py --scale 2000 10000 [--slurm]
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -64,13 +71,46 @@ def _stats(values: list[float]) -> dict[str, float]:
             "runs": values}
 
 
+def scale(sizes: list[int], slurm: bool, out: str) -> None:
+    """Sweeps of ``sizes`` points that do nothing: to the prompt (time, CPU, peak memory), then cancelled."""
+    work = Path(tempfile.mkdtemp(prefix="hpcdl-sweep-scale-"))
+    (work / "app.py").write_text(APP)
+    (work / "config.yaml").write_text("x: 0\n")
+    env = {**os.environ, "HPCDL_STORE": str(work / "store")}
+    results = []
+    for profile in ["local"] + (["slurm"] if slurm else []):
+        for size in sizes:
+            cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            wall_s, stdout = _run([sys.executable, "app.py", "-m", "hydra/launcher=hpcdl",
+                                   f"hydra.launcher.cluster={profile}", f"x=range({size})"], work, env)
+            cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            submitted = {"wall_s": round(wall_s, 2),  # CPU: user + system; memory: the largest child so far
+                         "cpu_s": round(cpu_after.ru_utime + cpu_after.ru_stime
+                                        - cpu_before.ru_utime - cpu_before.ru_stime, 2),
+                         "peak_mb": round(cpu_after.ru_maxrss / 1024, 1)}
+            sweep = _sweep_id(stdout)
+            cancel_s, _ = _run([sys.executable, "-m", "hpcdl.jobs", "cancel", sweep], work, env)
+            row = {"profile": profile, "points": size, "to_prompt": submitted, "cancel_s": round(cancel_s, 2)}
+            if profile == "slurm":
+                row["arrays"] = len(re.search(r"Slurm array\(s\) (\S+)", stdout).group(1).split(","))
+            results.append(row)
+            print(row, flush=True)
+    write_result(out, {"benchmark": "sweep_scale", "machine": f"{os.cpu_count()} CPUs, shared", "runs": results})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=int, nargs="+", help="sweeps of these many points: to the prompt, cancel")
+    parser.add_argument("--slurm", action="store_true", help="with --scale: on the test cluster too")
     parser.add_argument("--points", type=int, default=100)
     parser.add_argument("--packed", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--out", default="benchmarks/results/sweep_submit.json")
+    parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    if args.scale:
+        scale(args.scale, args.slurm, args.out or "benchmarks/results/sweep_scale.json")
+        return
+    args.out = args.out or "benchmarks/results/sweep_submit.json"
     work = Path(tempfile.mkdtemp(prefix="hpcdl-sweep-bench-"))
     (work / "app.py").write_text(APP)
     (work / "config.yaml").write_text("x: 0\n")

@@ -328,7 +328,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from hpcdl.store.job import Job
 
     job = Job.attach(args.id)
-    job.cancel()
+    if job.cancel():
+        print(f"removed {job.id}: its submission had been interrupted, none of its points ran")
+        return 0
     print(f"cancelled {job.id}; state now {job.wait(timeout=args.timeout)}")
     return 0
 

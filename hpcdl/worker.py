@@ -39,6 +39,7 @@ from hpcdl.store.files import (CHECKPOINTS, FUNCTION_RESULT, LOGS, MANIFEST, MET
                                RANK_RESULTS, RANKS_DONE, STATUS, checkpoint_files)
 from hpcdl.store.folders import read_json
 from hpcdl.store.safety import check_store
+from hpcdl.store.sweeps import handed_over
 from hpcdl.train.stopping import STOP_SIGNAL, StopRequested, listen_for_stop
 from hpcdl.store.status import write_final, write_status
 
@@ -171,6 +172,9 @@ def run_job(folder: str) -> None:
     manifest = read_json(path / MANIFEST)
     if manifest is None:
         raise FileNotFoundError(f"{path / MANIFEST}: no manifest; not a job folder")
+    manifest = _handed_over(path, manifest)
+    if manifest is None:  # a sweep's point whose submission was interrupted: it never runs
+        return
     final = recorded_final(path)  # read once: the lead may withdraw an earlier run's failure meanwhile
     if final is not None and not is_earlier_runs_failure(final):  # cancelled while it was being submitted
         return
@@ -232,6 +236,15 @@ def _own_traceback(plan: JobPlan, error: BaseException) -> str:
     from hpcdl.usercode import user_traceback
 
     return user_traceback(error)
+
+
+def _handed_over(folder: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The job's manifest once its submitter has recorded the scheduler's id (a sweep's points are written
+    before the scheduler has them); None when the submitter ended first."""
+    while (ready := handed_over(manifest)) is None:
+        time.sleep(0.5)
+        manifest = read_json(folder / MANIFEST) or manifest
+    return manifest if ready else None
 
 
 def _all_ranks_done(folder: Path, plan: JobPlan) -> bool:

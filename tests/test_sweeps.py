@@ -18,7 +18,7 @@ from hydra.test_utils.launcher_common_tests import IntegrationTestSuite, Launche
 
 from hpcdl.cluster.slurm import array_tasks
 from hpcdl.host import is_running
-from hpcdl.store.folders import load_record
+from hpcdl.store.folders import JobRecord, load_record
 from hpcdl.store.job import Job
 from tests.conftest import job_folders
 
@@ -232,10 +232,8 @@ def test_a_point_that_dies_over_a_damaged_final_state_leaves_it_and_the_runner_g
     assert not runner.running and (point / "final.json").read_text() == "{damaged"
 
 
-def _point(folder: Path, num: int, overrides: list[str], losses: list[float]) -> "JobRecord":
+def _point(folder: Path, num: int, overrides: list[str], losses: list[float]) -> JobRecord:
     """A finished point of sweep 's' in ``folder``, with one metrics record per loss and a validation at the end."""
-    from hpcdl.store.folders import JobRecord
-
     folder.mkdir()
     records = [{"kind": "iteration", "epoch": 1, "iteration": i + 1, "loss": loss, "accuracy": 0.5}
                for i, loss in enumerate(losses)]
@@ -375,3 +373,99 @@ def test_a_waiting_sweep_interrupted_cancels_its_points(store: Path, tmp_path: P
     assert app.returncode != 0 and f"cancelling sweep {sweep}" in stderr, stderr
     assert Job.attach(sweep).wait(timeout=60) == "CANCELLED"
     assert {load_record(store / f"{sweep}_{i}").state for i in range(2)} == {"CANCELLED"}
+
+
+SQUARE_APP = '''
+import hydra
+
+
+@hydra.main(version_base=None, config_path=".", config_name="config")
+def main(cfg):
+    return cfg.x * cfg.x
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def _square_app(folder: Path) -> Path:
+    (folder / "config.yaml").write_text("x: 0\n")
+    (folder / "app.py").write_text(SQUARE_APP)
+    return folder / "app.py"
+
+
+def test_a_bad_point_in_a_later_batch_is_refused_before_the_first_batch_runs(store: Path) -> None:
+    done = _submit("training.max_epochs=1,2,0", "hydra.sweeper.max_batch_size=2")
+    assert done.returncode == 2 and "training.max_epochs" in done.stderr + done.stdout, done.stderr
+    assert job_folders(store) == []  # the first batch (1, 2) was submitted and ran
+
+
+def test_the_basic_sweepers_batches_go_in_as_one_sweep_with_plain_values_as_hydra_composes_them(
+        store: Path, tmp_path: Path) -> None:
+    app = _square_app(tmp_path)
+    done = subprocess.run([sys.executable, str(app), "-m", "hydra/launcher=hpcdl", "hydra.sweeper.max_batch_size=2",
+                           "x=2,3,5", "+y=7"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert len(re.findall(r"Submitted sweep (\S+): 3 point\(s\)", done.stdout)) == 1, done.stdout
+    sweep = re.search(r"Submitted sweep (\S+):", done.stdout).group(1)
+    assert Job.attach(sweep).wait(timeout=240) == "COMPLETED"
+    for num, x in enumerate((2, 3, 5)):
+        point = Job.attach(f"{sweep}_{num}")
+        assert point.result().return_value == x * x
+        hydra = yaml.safe_load((point.folder / ".hydra" / "hydra.yaml").read_text())["hydra"]
+        assert (hydra["job"]["num"], hydra["job"]["id"]) == (num, point.id)
+        assert hydra["overrides"]["task"] == [f"x={x}", "+y=7"] and hydra["job"]["override_dirname"] == f"+y=7,x={x}"
+        assert yaml.safe_load((point.folder / ".hydra" / "config.yaml").read_text()) == {"x": x, "y": 7}
+
+
+def _moment(store: Path, moment: str, points: int) -> bool:
+    """Whether a submission of ``points`` points has reached ``moment``."""
+    sweeps = [p for p in store.iterdir() if "_" not in p.name] if store.is_dir() else []
+    if not sweeps or not (sweeps[0] / "manifest.json").exists():
+        return False
+    if moment == "sweep recorded":
+        return True
+    written = sum(1 for p in store.iterdir() if (p / "manifest.json").exists()) - 1
+    if moment == "some points written":
+        return written >= 20
+    manifest = sweeps[0] / "manifest.json"
+    return written >= points and manifest.exists() and '"backend_id": "' in manifest.read_text()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("moment", ["sweep recorded", "some points written", "handed to the runner"])
+def test_an_interrupted_sweep_submission_leaves_nothing_or_a_sweep_listed_interrupted_that_cancel_removes(
+        store: Path, tmp_path: Path, signum: int, moment: str) -> None:
+    points = 300
+    app = _square_app(tmp_path)
+    submitting = subprocess.Popen([sys.executable, str(app), "-m", "hydra/launcher=hpcdl", f"x=range({points})"],
+                                  cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not _moment(store, moment, points) and submitting.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    submitting.send_signal(signum)
+    submitting.wait(timeout=60)
+    sweeps = [name for name in job_folders(store) if "_" not in name]
+    if not sweeps:
+        assert job_folders(store) == []
+        return
+    assert len(sweeps) == 1, sweeps
+    sweep = sweeps[0]
+    named = json.loads((store / sweep / "manifest.json").read_text())["points"]
+    assert set(job_folders(store)) - {sweep} <= set(named)  # every folder left is named by the sweep
+    listing = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "list"], capture_output=True, text=True).stdout
+    state = re.search(rf"^{sweep}\s+app\s+local\s+(\S+)", listing, re.M)
+    assert state and state.group(1) in ("INTERRUPTED", "PENDING", "RUNNING", "COMPLETED"), listing
+    assert "FAILED" not in listing, listing
+    if state.group(1) == "INTERRUPTED":
+        time.sleep(1)  # a runner it started has looked at its points meanwhile
+        assert not list(store.glob("*/status.json"))  # none of its points ran
+    cancelled = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "cancel", sweep], capture_output=True,
+                               text=True, timeout=120)
+    assert cancelled.returncode == 0, cancelled.stderr
+    if state.group(1) == "INTERRUPTED":
+        assert f"removed {sweep}" in cancelled.stdout
+        assert job_folders(store) == []
+    else:
+        assert "state now CANCELLED" in cancelled.stdout, cancelled.stdout

@@ -104,8 +104,10 @@ class LocalBackend:
     def live_states(self, records: list[JobRecord]) -> Optional[dict[str, Optional[str]]]:
         """RUNNING for each job whose process still runs, None for another host's; absent ones have ended."""
         live: dict[str, Optional[str]] = {}
+        asked: dict[str, Optional[bool]] = {}  # a sweep's points share its runner: asked once
         for record in records:
-            running = is_running(_process(record))
+            process = _process(record)
+            running = asked[process] if process in asked else asked.setdefault(process, is_running(process))
             if running is not False:
                 live[record.id] = "RUNNING" if running else None
         return live

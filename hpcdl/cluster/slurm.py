@@ -325,8 +325,10 @@ class SlurmBackend:
         """One job array per group of points with the same request, split at the cluster's MaxArraySize;
         ``parallelism`` is each array's ``%k``. Returns 'ARRAY_TASK' per point and the array ids."""
         groups: dict[str, list[tuple[JobPlan, Path]]] = {}
+        scripts: dict[int, str] = {}  # the points of a sweep mostly share one plan: its script rendered once
         for plan, folder in points:
-            groups.setdefault(sbatch_script(plan, Path("/")), []).append((plan, folder))
+            script = scripts.get(id(plan)) or scripts.setdefault(id(plan), sbatch_script(plan, Path("/")))
+            groups.setdefault(script, []).append((plan, folder))
         limit = max_array_size()
         point_ids: dict[Path, str] = {}
         arrays: list[str] = []

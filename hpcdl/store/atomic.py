@@ -9,6 +9,7 @@ created again by it: writes into a job folder raise FolderGoneError instead.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import secrets
@@ -82,11 +83,37 @@ def atomic_save(path: str | os.PathLike, write: Callable[[IO], None]) -> None:
         write(f)
 
 
-def create_once(path: str | os.PathLike, text: str) -> bool:
+def write_unsynced(path: str | os.PathLike, data: bytes) -> None:
+    """Put ``data`` at ``path`` through a temporary name and a rename, without fsync: one of many files made
+    durable together by one ``sync_filesystem`` (a sweep's points, written in bulk)."""
+    path = Path(path)
+    tmp, f = _temporary(path, "wb")
+    try:
+        with f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def sync_filesystem(folder: str | os.PathLike) -> None:
+    """Make every write to the filesystem that holds ``folder`` durable at once (Linux's syncfs)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if ctypes.CDLL(None, use_errno=True).syncfs(fd) != 0:
+            raise OSError(ctypes.get_errno(), f"syncfs of {folder} failed")
+    finally:
+        os.close(fd)
+
+
+def create_once(path: str | os.PathLike, text: str, durable: bool = True) -> bool:
     """Write ``text`` at ``path`` unless a file is there already; True for the one writer that won.
 
-    The content is complete before the name appears (a hard link of a synced temporary file), so
-    readers never see part of it, and of several writers racing exactly one wins.
+    The content is complete before the name appears (a hard link of a temporary file), so readers never
+    see part of it, and of several writers racing exactly one wins. ``durable=False``: not synced here, one
+    of many made durable together by ``sync_filesystem``.
     """
     path = Path(path)
     tmp, f = _temporary(path, "w")
@@ -94,12 +121,14 @@ def create_once(path: str | os.PathLike, text: str) -> bool:
         with f:
             f.write(text)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         try:
             os.link(tmp, path)
         except FileExistsError:
             return False
-        fsync_folder(path.parent)
+        if durable:
+            fsync_folder(path.parent)
         return True
     finally:
         with contextlib.suppress(FileNotFoundError):

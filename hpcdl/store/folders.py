@@ -24,7 +24,8 @@ from hpcdl.errors import HpcdlError
 from hpcdl.store.files import FINAL, MANIFEST, STATUS
 from hpcdl.store.safety import NotRegularFileError, check_job_key, check_store, open_folder, read_job_file
 
-FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "STOPPED", "OUT_OF_MEMORY", "NODE_FAIL", "LOST")
+FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "STOPPED", "OUT_OF_MEMORY", "NODE_FAIL", "LOST",
+                "INTERRUPTED")
 DAMAGED = "DAMAGED"
 """The state of a job whose manifest or status files cannot be read: shown, never acted on."""
 MANIFEST_KEYS = {"id": str, "name": str, "kind": str, "profile": str, "plan": dict, "submitted_at": (int, float)}

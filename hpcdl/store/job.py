@@ -15,10 +15,10 @@ from hpcdl.errors import HpcdlError, JobFailedError
 from hpcdl.store.files import FUNCTION_RESULT, RANK_RESULTS, RESULT
 from hpcdl.store.folders import DAMAGED, JobRecord, find, load_record, read_json
 from hpcdl.store.safety import load_pickle, read_job_file
-from hpcdl.store.states import resolve_states
+from hpcdl.store.states import resolve_states, resolve_sweep
 from hpcdl.store.status import withdraw_final, write_final
-from hpcdl.store.atomic import create_once
-from hpcdl.store.sweeps import CANCELLED_MARK, is_sweep, load_points
+from hpcdl.store.atomic import create_once, sync_filesystem
+from hpcdl.store.sweeps import CANCELLED_MARK, INTERRUPTED, is_sweep, remove_interrupted
 
 POLL_S = 1.0
 
@@ -99,36 +99,46 @@ class Job:
         return "\n".join(part for part in (failing_rank(self._record.status) or "\n".join(stderr.splitlines()[-30:]),
                                             tasks) if part)
 
-    def cancel(self) -> None:
+    def cancel(self) -> bool:
         """Cancel the job (no-op once it has ended): CANCELLED is recorded first, so that no rank ending
         on the way (killed, failing, or completing) records anything else. A sweep: each point that has
-        not ended, and its arrays (or runner)."""
+        not ended, and its arrays (or runner); a sweep whose submission was interrupted is removed from the
+        store (what the scheduler has of it ended first): True then."""
         if is_sweep(self._record):
-            self._cancel_sweep()
-            return
+            return self._cancel_sweep()
         if self.done() or not write_final(self.folder, "CANCELLED", reason="cancelled with hpcdl"):
-            return
+            return False
         if self._record.backend_id is None:  # still being submitted: the job finds CANCELLED when it starts
-            return
+            return False
         try:
             backend_for(self._record.backend).cancel(self._record)
         except BaseException:
             withdraw_final(self.folder)
             raise
+        return False
 
-    def _cancel_sweep(self) -> None:
+    def _cancel_sweep(self) -> bool:
         """CANCELLED for each point not ended yet, then the sweep's arrays (or runner) and any point resubmitted
         on its own are ended; if the scheduler refuses, the points' CANCELLED is withdrawn. A mark in the
         sweep's folder makes its sweeper's later batches refused."""
-        record = self.refresh()
+        record = load_record(self.folder)
+        if record is None:
+            raise HpcdlError(f"{self.folder}: the job's manifest is gone")
+        points = resolve_sweep(record, {})  # each point read once: a sweep may have 10,000
+        self._record = record
         create_once(record.folder / CANCELLED_MARK, f"{time.time()}\n")
-        if record.final:
-            return
-        points, _ = load_points(record, {})
         handed = [h for h in (record.backend_id or "").split(",") if h]
-        marked = [p for p in points
-                  if write_final(p.folder, "CANCELLED", reason=f"sweep {record.id} cancelled with hpcdl")]
         backend = backend_for(record.backend)
+        if record.state == INTERRUPTED:
+            for part in handed:
+                backend.cancel(JobRecord(record.folder, {**record.manifest, "backend_id": part}, record.status))
+            remove_interrupted(record)
+            return True
+        if record.final:
+            return False
+        marked = [p for p in points if not p.final and write_final(
+            p.folder, "CANCELLED", durable=False, reason=f"sweep {record.id} cancelled with hpcdl")]
+        sync_filesystem(record.folder.parent)  # every point's CANCELLED at once, not an fsync a point
         try:
             for part in handed:
                 backend.cancel(JobRecord(record.folder, {**record.manifest, "backend_id": part}, record.status))
@@ -140,6 +150,7 @@ class Job:
             for point in marked:
                 withdraw_final(point.folder)
             raise
+        return False
 
     def result(self, timeout: Optional[float] = None) -> Any:
         """Wait, then return the result: the training summary, or the function's return value.

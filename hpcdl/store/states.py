@@ -19,7 +19,8 @@ from hpcdl.errors import FolderGoneError, HpcdlError
 from hpcdl.host import is_running
 from hpcdl.store.folders import DAMAGED, FINAL_STATES, JobRecord, load_record
 from hpcdl.store.status import write_final
-from hpcdl.store.sweeps import is_sweep, load_points, runs_under_runner, settle
+from hpcdl.store.sweeps import (INTERRUPTED, is_sweep, load_points, runs_under_runner, settle, submission_state,
+                                sweep_id_of)
 
 SUBMITTING = "SUBMITTING"
 SCHEDULER_FINAL = {"TIMEOUT": "TIMEOUT", "OUT_OF_MEMORY": "OUT_OF_MEMORY", "NODE_FAIL": "NODE_FAIL",
@@ -46,7 +47,15 @@ def resolve_states(records: list[JobRecord]) -> None:
 
 def resolve_sweep(sweep: JobRecord, known: dict[str, JobRecord]) -> list[JobRecord]:
     """Set the state of ``sweep`` from its points' and return them (those not in ``known`` read from the store
-    and resolved); none, and the sweep DAMAGED, when they cannot be read."""
+    and resolved); none, and the sweep DAMAGED, when they cannot be read. A sweep being submitted, or whose
+    submission was interrupted, is that (its points are not read)."""
+    submission = submission_state(sweep)
+    if submission is not None:
+        sweep.state = submission
+        sweep.reason = "" if submission != INTERRUPTED else (
+            f"its submission was interrupted; none of its points runs: python -m hpcdl.jobs cancel {sweep.id} "
+            "removes it")
+        return []
     try:
         points, loaded = load_points(sweep, known)
     except (OSError, ValueError, HpcdlError) as e:
@@ -90,6 +99,8 @@ def _still_submitting(record: JobRecord) -> bool:
         return False
     if record.status:
         _last_recorded(record, "its submitter ended before it recorded the scheduler's id")
+    elif sweep_id_of(record) is not None:  # never runs; its sweep names it and removes it (nothing recorded)
+        record.state, record.reason = INTERRUPTED, f"the submission of sweep {sweep_id_of(record)} was interrupted"
     else:
         _settle(record, "FAILED", "its submission was interrupted before the scheduler took the job")
     return True

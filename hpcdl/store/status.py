@@ -28,10 +28,11 @@ def write_status(folder: Path, state: str, **fields: Any) -> None:
     write_json(folder / STATUS, status)
 
 
-def write_final(folder: Path, state: str, **fields: Any) -> bool:
-    """Record the job's final state unless one is recorded already; True when this call's state holds."""
+def write_final(folder: Path, state: str, durable: bool = True, **fields: Any) -> bool:
+    """Record the job's final state unless one is recorded already; True when this call's state holds.
+    ``durable=False``: one of many synced together (atomic.sync_filesystem)."""
     final = {**fields, "state": state, "ended_at": fields.get("ended_at", time.time())}
-    won = create_once(folder / FINAL, json.dumps(final, indent=1, sort_keys=True) + "\n")
+    won = create_once(folder / FINAL, json.dumps(final, indent=1, sort_keys=True) + "\n", durable)
     if won:
         note_change(folder)
     return won

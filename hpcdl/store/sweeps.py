@@ -4,6 +4,11 @@ A sweep's manifest (kind ``sweep``) names its points (``points``: job ids in the
 same store, ``<sweep id>_<num>``) and how they were handed to the scheduler
 (``backend_id``: the Slurm array ids, comma-separated, or the local runner's
 process). Each point's manifest names its sweep (``sweep``: id, num, overrides).
+A submission names its points in the sweep's manifest before it writes them,
+marked ``submitting`` until the scheduler has them all; a point runs only once
+its own manifest has its scheduler id. A submitter that ended with the mark
+still there left the sweep INTERRUPTED: none of its points runs, and
+``jobs cancel`` (or ``jobs clean``) removes it.
 Readers import no torch: the summary, its CSV and the comparison plot come from
 the points' own records.
 """
@@ -18,14 +23,19 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
+from hpcdl.host import is_running
 from hpcdl.store.files import FUNCTION_RESULT
-from hpcdl.store.folders import DAMAGED, FINAL_STATES, JobRecord, load_record
+from hpcdl.store.folders import DAMAGED, FINAL_STATES, JobRecord, load_record, remove_job_folder
 from hpcdl.store.safety import UnsafeFolderError, check_job_key, load_pickle
 
 SWEEP = "sweep"
 """The manifest kind of a sweep's own folder."""
 CANCELLED_MARK = "cancelled"
 """A file in a sweep's folder once it was cancelled: later batches of its sweeper are refused."""
+SUBMITTING = "submitting"
+"""A sweep manifest's mark while a submission adds points: how many of the last ``points`` it adds."""
+INTERRUPTED = "INTERRUPTED"
+"""The state of a sweep (and its points) whose submitter ended before the scheduler had them all."""
 SUMMARY_CSV = "sweep-summary.csv"
 SUMMARY_PLOT = "sweep-curves.png"
 SUMMARY_COLUMNS = ("num", "id", "overrides", "state", "elapsed_s", "epoch", "iteration", "loss", "accuracy",
@@ -48,6 +58,35 @@ def runs_under_runner(record: JobRecord) -> bool:
     """True for a point that hpcdl's sweep runner starts and ends (local sweeps, packed Slurm tasks)."""
     sweep = record.manifest.get("sweep")
     return isinstance(sweep, dict) and bool(sweep.get("runner"))
+
+
+def _submitter_runs(manifest: dict[str, Any]) -> bool:
+    submitter = (manifest.get("submitted_from") or {}).get("process")
+    return submitter is None or is_running(submitter) is not False
+
+
+def submission_state(sweep: JobRecord) -> Optional[str]:
+    """SUBMITTING while a submission of the sweep's points is under way, INTERRUPTED once its submitter
+    ended without finishing it; None when the scheduler has every point listed."""
+    if SUBMITTING not in sweep.manifest:
+        return None
+    return "SUBMITTING" if _submitter_runs(sweep.manifest) else INTERRUPTED
+
+
+def handed_over(manifest: dict[str, Any]) -> Optional[bool]:
+    """Whether a job may run: True once its scheduler id is recorded (or it is no sweep's point), None while
+    its submitter may still record it, False when the submitter ended first (an interrupted submission)."""
+    if manifest.get("backend_id") or not isinstance(manifest.get("sweep"), dict):
+        return True
+    return None if _submitter_runs(manifest) else False
+
+
+def remove_interrupted(sweep: JobRecord) -> None:
+    """Remove an INTERRUPTED sweep from the store: its points' folders first, then its own (so that, cut short
+    itself, it leaves a sweep that still names what remains)."""
+    for point in point_ids(sweep):
+        remove_job_folder(sweep.folder.parent / point)
+    remove_job_folder(sweep.folder)
 
 
 def point_ids(sweep: JobRecord) -> list[str]:

@@ -14,16 +14,18 @@ import copy
 import json
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from hpcdl.errors import ConfigError, JobFailedError
 from hpcdl.plan import JobPlan, resolve, resolve_function
 from hpcdl.store.files import FUNCTION_RESULT, RESULT
-from hpcdl.store.folders import JobRecord, read_json, remove_job_folder
+from hpcdl.store.folders import JobRecord, load_record, read_json, remove_job_folder
 from hpcdl.store.safety import load_pickle
 from hpcdl.sweep.hydra_task import run_point
+from hpcdl.sweep.points import PlainPoint, hydra_files, install, task_config
 from hpcdl.sweep.submit import Sweep, SweepOptions, SweepPoint, add_points, open_sweep
-from hpcdl.sweep.waiting import cancelled_if_interrupted, follow_points, sweeper_target, waits_for_results
+from hpcdl.sweep.waiting import BASIC_SWEEPER, cancelled_if_interrupted, follow_points, sweeper_target, waits_for_results
 
 
 def own_app_task(script_args: Sequence[str], command: Sequence[str]) -> Callable[[Any], None]:
@@ -40,111 +42,152 @@ def own_app_task(script_args: Sequence[str], command: Sequence[str]) -> Callable
 
 
 def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[Any]:
-    """Check and submit one batch of points (Hydra's ``Launcher.launch``); the sweep record grows per batch."""
+    """Check and submit one batch of points (Hydra's ``Launcher.launch``).
+
+    Hydra's basic sweeper knows all its batches up front: at its first batch every point of every batch is
+    checked before any is submitted, and without ``wait`` all of them go in at once as one submission (its
+    later batches are answered from it). A sweeper that chooses points from results sends batch by batch.
+    """
     from hydra.core.utils import JobReturn, configure_log, setup_globals
 
-    options = SweepOptions(parallelism=launcher.parallelism, points_per_task=launcher.points_per_task)
     setup_globals()
     config = launcher.config
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
-    own_app = hasattr(launcher.task_function, "hpcdl_script_args")
+    if launcher.submitted:  # this batch went in with the first one
+        return [_job_return(JobReturn, launcher.submitted.pop(initial_job_idx + index), None, None)
+                for index in range(len(job_overrides))]
     waiting = waits_for_results(launcher.wait, sweeper_target(config))
-    profile = None if own_app else _launcher_profile(launcher)
-    points, configs = [], []
-    for index, overrides in enumerate(job_overrides):
-        num = initial_job_idx + index
-        sweep_config = composed_sweep_config(launcher.hydra_context.config_loader, config, overrides)
-        _place(sweep_config, num)
-        plan = _own_plan(sweep_config, launcher.task_function.hpcdl_script_args) if own_app else resolve_function(
-            profile, str(sweep_config.hydra.job.name))
-        points.append(SweepPoint(num=num, plan=plan, overrides=tuple(overrides)))
-        configs.append(sweep_config)
-    opened = launcher.sweep is None
-    if opened:
-        from omegaconf import OmegaConf
-
-        command = launcher.task_function.hpcdl_command if own_app else sys.argv[1:]
-        launcher.sweep = open_sweep(points[0].plan, _sweep_name(config, own_app), command,
-                                    OmegaConf.to_yaml(config))
-    try:
-        records, ready = _submit_batch(launcher, launcher.sweep, points, configs, options, own_app)
-    except BaseException:
-        if opened and not launcher.sweep.manifest["points"]:  # nothing of the sweep is left behind
-            remove_job_folder(launcher.sweep.folder)
-            launcher.sweep = None
-        raise
+    batches = _all_batches(launcher, job_overrides) if launcher.sweep is None else [job_overrides]
+    points = _check(launcher, [overrides for batch in batches for overrides in batch], initial_job_idx)
+    now = points if not waiting else points[:len(job_overrides)]
+    ready = _submit_batch(launcher, now)
     with cancelled_if_interrupted(launcher.sweep.folder, waiting):
-        _announce(launcher.sweep, records, waiting)
-        finished = follow_points(records, launcher.poll_s) if waiting else [None] * len(records)
-    if waiting and own_app:  # python -m hpcdl.submit -m ... wait=true ends with the points' table
+        _announce(launcher.sweep, ready, waiting)
+        if not waiting:
+            launcher.submitted = {point.num: point for point in ready[len(job_overrides):]}
+            return [_job_return(JobReturn, point, None, None) for point in ready[:len(job_overrides)]]
+        records = follow_points([load_record(launcher.sweep.folder.parent / p.id) for p in ready], launcher.poll_s)
+    if hasattr(launcher.task_function, "hpcdl_script_args"):  # hpcdl.submit -m ... wait=true: the points' table
         from hpcdl.store.sweeps import format_table, summary
 
-        print(format_table(summary(finished)), flush=True)
-    return [_job_return(JobReturn, point, cfg, record) for point, cfg, record in zip(ready, configs, finished)]
+        print(format_table(summary(records)), flush=True)
+    composer = install(launcher.hydra_context.config_loader)
+    return [_job_return(JobReturn, point, _placed(composer.compose(point.overrides), point, launcher), record)
+            for point, record in zip(ready, records)]
 
 
-def _submit_batch(launcher: Any, sweep: Sweep, points: list[SweepPoint], configs: list[Any],
-                  options: SweepOptions, own_app: bool) -> tuple[list[JobRecord], list[SweepPoint]]:
-    """Name the checked points after the sweep, record them with Hydra's files, hand them to the scheduler."""
-    shared = None if own_app else _share_task(launcher, sweep, points[0].num)
-    ready = []
-    for point, sweep_config in zip(points, configs):
-        from omegaconf import open_dict
+def _all_batches(launcher: Any, first: Sequence[Sequence[str]]) -> list[Sequence[Sequence[str]]]:
+    """Every batch of Hydra's basic sweeper when ``first`` is its first (it splits its points into batches of
+    ``max_batch_size`` the same way each time), else ``first`` alone."""
+    sweeper = launcher.config.hydra.sweeper
+    if sweeper_target(launcher.config) != BASIC_SWEEPER:
+        return [first]
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
-        with open_dict(sweep_config.hydra):
-            sweep_config.hydra.job.id = f"{sweep.id}_{point.num}"
-            if own_app:  # Hydra's record of the point goes into its job folder
+    arguments = [f"{key}={value}" for key, value in (sweeper.get("params") or {}).items()]
+    arguments += list(launcher.config.hydra.overrides.task)
+    parsed = OverridesParser.create(config_loader=launcher.hydra_context.config_loader).parse_overrides(arguments)
+    batches = BasicSweeper.split_arguments(parsed, sweeper.get("max_batch_size"))
+    return batches if [list(o) for o in batches[0]] == [list(o) for o in first] else [first]
+
+
+@dataclass
+class _Checked:
+    """A point checked at submission: what its job needs, without its whole config (a sweep of 10,000 points
+    would hold gigabytes)."""
+
+    num: int
+    overrides: tuple[str, ...]
+    plan: JobPlan
+    output_dir: str
+    sweep_dir: str
+    base: Optional[int]
+    """Its base config (points.PlainPoint), or None: composed by Hydra, kept whole in ``config``."""
+    config: Any = None
+    id: str = ""
+
+
+def _check(launcher: Any, job_overrides: list[Sequence[str]], first_num: int) -> list[_Checked]:
+    """Every point composed and checked as a single submit would check it; nothing is written."""
+    config = launcher.config
+    own_app = hasattr(launcher.task_function, "hpcdl_script_args")
+    composer = install(launcher.hydra_context.config_loader)
+    composer.use(config)
+    plans: dict[str, JobPlan] = {}
+    profile = None if own_app else _launcher_profile(launcher)
+    checked = []
+    for index, overrides in enumerate(job_overrides):
+        num = first_num + index
+        base, sweep_config = composer.check(overrides)
+        sweep_dir, output_dir = _place(sweep_config, num)
+        if own_app:
+            plan = _own_plan(sweep_config, launcher.task_function.hpcdl_script_args)
+        else:
+            name = str(sweep_config.hydra.job.name)
+            plan = plans.get(name) or plans.setdefault(name, resolve_function(profile, name))
+        checked.append(_Checked(num, tuple(overrides), plan, output_dir, sweep_dir, base,
+                                None if base is not None or own_app else sweep_config))
+    return checked
+
+
+def _submit_batch(launcher: Any, checked: list[_Checked]) -> list[_Checked]:
+    """Name the checked points after the sweep (opened at the first batch), hand them to the scheduler."""
+    from omegaconf import OmegaConf, open_dict
+
+    config = launcher.config
+    own_app = hasattr(launcher.task_function, "hpcdl_script_args")
+    options = SweepOptions(parallelism=launcher.parallelism, points_per_task=launcher.points_per_task)
+    opened = launcher.sweep is None
+    if opened:
+        command = launcher.task_function.hpcdl_command if own_app else sys.argv[1:]
+        launcher.sweep = open_sweep(checked[0].plan, _sweep_name(config, own_app), command, OmegaConf.to_yaml(config))
+    sweep = launcher.sweep
+    composer = install(launcher.hydra_context.config_loader)
+
+    def point(check: _Checked) -> SweepPoint:
+        check.id = f"{sweep.id}_{check.num}"
+        if own_app:  # Hydra's record of the point goes into its job folder, which is its output folder
+            sweep_config = composer.check(check.overrides)[1]
+            _place(sweep_config, check.num)
+            with open_dict(sweep_config.hydra):
+                sweep_config.hydra.job.id = check.id
                 sweep_config.hydra.sweep.dir = str(sweep.folder.parent)
-                sweep_config.hydra.sweep.subdir = sweep_config.hydra.job.id
-        payload = None if own_app else (run_point, (sweep.id, shared, sweep_config, os.getcwd()), {})
-        ready.append(SweepPoint(num=point.num, plan=point.plan, overrides=point.overrides,
-                                hydra_files=_hydra_files(sweep_config), output_dir=_output_dir(sweep_config),
-                                payload=payload))
-    return add_points(sweep, ready, options), ready
+                sweep_config.hydra.sweep.subdir = check.id
+            check.output_dir = str(sweep.folder.parent / check.id)
+            return SweepPoint(num=check.num, plan=check.plan, overrides=check.overrides,
+                              hydra_files=hydra_files(sweep_config), output_dir=check.output_dir)
+        if check.base is not None:
+            task_point: Any = PlainPoint(check.base, check.overrides, check.num, check.id, check.sweep_dir)
+        else:
+            with open_dict(check.config.hydra):
+                check.config.hydra.job.id = check.id
+            task_point = check.config
+        return SweepPoint(num=check.num, plan=check.plan, overrides=check.overrides, output_dir=check.output_dir,
+                          payload=(run_point, (sweep.id, shared, task_point, os.getcwd()), {}))
 
-
-REMEMBERED_CONFIGS = 2000
-"""At most this many sweep configs composed while Hydra validates a batch are kept for launch to use."""
-
-
-def remember_sweep_configs(loader: Any) -> None:
-    """Keep the sweep configs Hydra's sweeper composes to validate a batch, so that launch does not compose
-    each point twice (composition is most of a large sweep's submission time)."""
-    if hasattr(loader, "hpcdl_composed"):
-        return
-    compose = loader.load_sweep_config
-    loader.hpcdl_composed = {}
-
-    def load_sweep_config(master_config: Any, sweep_overrides: list[str]) -> Any:
-        config = compose(master_config, sweep_overrides)
-        if len(loader.hpcdl_composed) < REMEMBERED_CONFIGS:
-            loader.hpcdl_composed[(id(master_config), tuple(sweep_overrides))] = config
-        return config
-
-    loader.load_sweep_config = load_sweep_config
-
-
-def composed_sweep_config(loader: Any, master_config: Any, overrides: Sequence[str]) -> Any:
-    """A point's sweep config: the one Hydra composed while validating the batch, else composed now."""
-    key = (id(master_config), tuple(overrides))
-    remembered = getattr(loader, "hpcdl_composed", {}).pop(key, None)
-    if remembered is not None:
-        return remembered
-    composed = loader.load_sweep_config(master_config, list(overrides))
-    getattr(loader, "hpcdl_composed", {}).pop(key, None)  # composed for this point alone: not kept
-    return composed
+    try:
+        shared = None if own_app else _share_task(launcher, sweep, checked[0].num)
+        add_points(sweep, [point(check) for check in checked], options)
+    except BaseException:
+        if opened and not sweep.manifest["points"]:  # nothing of the sweep is left behind
+            remove_job_folder(sweep.folder)
+            launcher.sweep = None
+        raise
+    return checked
 
 
 def _share_task(launcher: Any, sweep: Sweep, first_num: int) -> str:
-    """Store what every point of this batch shares (Hydra's context, the task, Hydra's global state) once in
-    the sweep's folder; its file name."""
+    """Store what every point of this batch shares (Hydra's context, the task, Hydra's global state, the base
+    configs of its plain points) once in the sweep's folder; its file name."""
     import cloudpickle
     from hydra.core.singleton import Singleton
 
     from hpcdl.store.atomic import atomic_save
 
     name = f"hydra-task-{first_num}.pkl"
-    shared = (_without_memory(launcher.hydra_context), launcher.task_function, Singleton.get_state())
+    bases = install(launcher.hydra_context.config_loader).bases
+    shared = (_without_memory(launcher.hydra_context), launcher.task_function, Singleton.get_state(), bases)
     atomic_save(sweep.folder / name, lambda f: cloudpickle.dump(shared, f))
     return name
 
@@ -181,51 +224,46 @@ def _own_plan(sweep_config: Any, script_args: Sequence[str]) -> JobPlan:
     return plan
 
 
-def _place(sweep_config: Any, num: int) -> None:
-    """Number the point and make its output folder absolute (its job may start elsewhere)."""
+def _place(sweep_config: Any, num: int) -> tuple[str, str]:
+    """Number the point and make its sweep folder absolute (its job may start elsewhere); (that folder, the
+    point's output folder)."""
     from omegaconf import open_dict
 
     with open_dict(sweep_config.hydra):
         sweep_config.hydra.job.num = num
         sweep_config.hydra.sweep.dir = os.path.abspath(str(sweep_config.hydra.sweep.dir))
+    sweep_dir = str(sweep_config.hydra.sweep.dir)
+    return sweep_dir, os.path.join(sweep_dir, str(sweep_config.hydra.sweep.subdir))
 
 
-def _output_dir(sweep_config: Any) -> str:
-    return os.path.join(str(sweep_config.hydra.sweep.dir), str(sweep_config.hydra.sweep.subdir))
+def _placed(sweep_config: Any, point: _Checked, launcher: Any) -> Any:
+    """A point's own config as its job ran it (for Hydra's JobReturn once it ended)."""
+    from omegaconf import open_dict
+
+    _place(sweep_config, point.num)
+    with open_dict(sweep_config.hydra):
+        sweep_config.hydra.job.id = point.id
+        if hasattr(launcher.task_function, "hpcdl_script_args"):
+            sweep_config.hydra.sweep.dir = str(launcher.sweep.folder.parent)
+            sweep_config.hydra.sweep.subdir = point.id
+    return sweep_config
 
 
 def _without_memory(hydra_context: Any) -> Any:
-    """Hydra's context with its config loader as Hydra made it (remember_sweep_configs' additions left out)."""
+    """Hydra's context with its config loader as Hydra made it (points.install's additions left out)."""
     from hydra.types import HydraContext
 
     loader = copy.copy(hydra_context.config_loader)
-    for added in ("load_sweep_config", "hpcdl_composed"):
+    for added in ("load_sweep_config", "hpcdl_composer"):
         loader.__dict__.pop(added, None)
     return HydraContext(config_loader=loader, callbacks=hydra_context.callbacks)
-
-
-def _task_config(sweep_config: Any) -> Any:
-    """The point's config without Hydra's node (what its task sees)."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.masked_copy(sweep_config, [key for key in sweep_config if key != "hydra"])
-
-
-def _hydra_files(sweep_config: Any) -> dict[str, str]:
-    """Hydra's .hydra/ record of a point: its config, Hydra's config and its overrides."""
-    from omegaconf import OmegaConf
-
-    hydra = OmegaConf.to_yaml(sweep_config.hydra)
-    return {"config.yaml": OmegaConf.to_yaml(_task_config(sweep_config)),
-            "hydra.yaml": "hydra:\n" + "".join(f"  {line}\n" for line in hydra.splitlines()),
-            "overrides.yaml": OmegaConf.to_yaml(sweep_config.hydra.overrides.task)}
 
 
 def _sweep_name(config: Any, own_app: bool) -> str:
     return str(config.get("name", "sweep")) if own_app else str(config.hydra.job.name)
 
 
-def _announce(sweep: Sweep, records: list[JobRecord], waiting: bool) -> None:
+def _announce(sweep: Sweep, records: list[Any], waiting: bool) -> None:
     where = sweep.manifest.get("backend_id") or "-"
     backend = sweep.manifest["plan"]["cluster"]["backend"]
     handed = f"Slurm array(s) {where}" if backend == "slurm" else f"a background runner on {os.uname().nodename}"
@@ -235,12 +273,16 @@ def _announce(sweep: Sweep, records: list[JobRecord], waiting: bool) -> None:
           + ("" if waiting else f"\n  wait:     python -m hpcdl.jobs wait {sweep.id}"), flush=True)
 
 
-def _job_return(job_return: type, point: SweepPoint, sweep_config: Any, record: Optional[JobRecord]) -> Any:
+def _job_return(job_return: type, point: "_Checked", sweep_config: Any, record: Optional[JobRecord]) -> Any:
     """Hydra's JobReturn of a point: without waiting, COMPLETED with the point's job id as its value (Hydra's
-    sweeper reads every value); once it ended, the task's own (FAILED ones carry the error), or for hpcdl's
-    own app the training summary."""
-    point_id = str(sweep_config.hydra.job.id)
+    sweeper reads every value; its config is left out: 10,000 of them would hold gigabytes); once it ended,
+    the task's own (FAILED ones carry the error), or for hpcdl's own app the training summary."""
     from hydra.core.utils import JobStatus
+
+    if record is None:  # submitted, not waited for: the launch completed, its value is the point's job id
+        result = job_return(overrides=list(point.overrides), working_dir=point.output_dir)
+        result.status, result._return_value = JobStatus.COMPLETED, point.id
+        return result
 
     if record is not None and record.manifest["kind"] == "function":
         try:
@@ -249,12 +291,8 @@ def _job_return(job_return: type, point: SweepPoint, sweep_config: Any, record: 
                 return returned
         except Exception:  # noqa: BLE001 - a point killed before it returned, or a result that cannot be read
             pass
-    task = _task_config(sweep_config)
-    result = job_return(overrides=list(point.overrides), cfg=task, hydra_cfg=sweep_config,
+    result = job_return(overrides=list(point.overrides), cfg=task_config(sweep_config), hydra_cfg=sweep_config,
                         working_dir=point.output_dir, task_name=str(sweep_config.hydra.job.name))
-    if record is None:  # submitted, not waited for: the launch completed, its value is the point's job id
-        result.status, result._return_value = JobStatus.COMPLETED, f"{point_id}"
-        return result
     if record.state == "COMPLETED":
         result.status = JobStatus.COMPLETED
         result._return_value = read_json(record.folder / RESULT) if record.manifest["kind"] == "train" else None

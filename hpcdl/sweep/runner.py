@@ -25,6 +25,7 @@ from hpcdl.distributed.env import free_port
 from hpcdl.errors import HpcdlError
 from hpcdl.store.files import FINAL, LOGS, MANIFEST, STATUS
 from hpcdl.store.folders import read_json
+from hpcdl.store.sweeps import handed_over
 
 POLL_S = 0.2
 KILL_AFTER_S = 10.0
@@ -128,8 +129,11 @@ class Runner:
                 self._end_cancelled()
                 self._reap()
                 while self.pending and len(self.running) < self.slots and not self.stopping:
-                    if not _to_run(self.pending[0]):  # cancelled before it started, or ended in an earlier run
-                        self.pending.pop(0)
+                    handed = handed_over(read_json(self.pending[0] / MANIFEST) or {})
+                    if not _to_run(self.pending[0]) or handed is False:  # cancelled before it started, ended
+                        self.pending.pop(0)  # in an earlier run, or its submission was interrupted
+                    elif handed is None:  # its submitter has not recorded the scheduler's id yet
+                        break
                     elif self._try_start(self.pending[0]):
                         self.pending.pop(0)
                     else:

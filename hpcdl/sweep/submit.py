@@ -1,7 +1,8 @@
 """Submitting a sweep: its points become jobs of one sweep record, handed to the scheduler at once.
 
 On Slurm the points are job arrays (one sbatch per array); locally one background runner runs them.
-Nothing is written before every point has been checked; a submission that fails leaves no folder.
+Nothing is written before every point has been checked; a submission that fails leaves no folder, one
+killed on the way a sweep listed INTERRUPTED that ``jobs cancel`` removes.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from hpcdl.config.secrets import check_no_secret_values
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.plan import JobPlan
 from hpcdl.snapshot import take_snapshot
-from hpcdl.store.atomic import atomic_save, atomic_write_text
+from hpcdl.store.atomic import atomic_write_text, sync_filesystem, write_unsynced
 from hpcdl.store.files import FUNCTION, MANIFEST
-from hpcdl.store.folders import (JobRecord, load_record, new_job_folder, new_named_folder, remember_root,
-                                 remove_job_folder, store_root, write_json)
-from hpcdl.store.sweeps import CANCELLED_MARK, SWEEP
+from hpcdl.store.folders import (JobRecord, new_job_folder, new_named_folder, remember_root, remove_job_folder,
+                                 store_root, write_json)
+from hpcdl.store.sweeps import CANCELLED_MARK, SUBMITTING, SWEEP
 from hpcdl.submission import job_manifest, runs_user_code
 
 HYDRA_FOLDER = ".hydra"
@@ -73,15 +74,18 @@ class Sweep:
 
 
 def open_sweep(plan: JobPlan, name: str, overrides: Sequence[str], multirun_yaml: Optional[str]) -> Sweep:
-    """Create the sweep's folder (with Hydra's multirun.yaml) in the store of ``plan``'s profile."""
+    """Create the sweep's folder (its manifest marked as being submitted, Hydra's multirun.yaml) in the store of
+    ``plan``'s profile."""
     root = store_root(plan.cluster.store)
     try:
         sweep_id, folder = new_job_folder(root)
     except OSError as e:
         raise SubmissionError(f"cannot write the job store {root}: {e.strerror or e}; nothing was submitted") from e
     manifest = {**job_manifest(sweep_id, plan, overrides, None), "kind": SWEEP, "name": name,
-                "plan": {"cluster": dataclasses.asdict(plan.cluster)}, "points": [], "backend_id": None}
+                "plan": {"cluster": dataclasses.asdict(plan.cluster)}, "points": [], "backend_id": None,
+                SUBMITTING: 0}
     try:
+        write_json(folder / MANIFEST, manifest)  # first: killed from here on, the sweep is listed INTERRUPTED
         if multirun_yaml is not None:
             atomic_write_text(folder / "multirun.yaml", multirun_yaml)
     except BaseException:
@@ -134,10 +138,13 @@ def _note_rounds(profile: Any, points_per_task: int) -> None:
               f"within one time limit (cluster.time={profile.time})", file=sys.stderr)
 
 
-def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions) -> list[JobRecord]:
-    """Write the points into the store and hand them to the scheduler; returns their records (PENDING).
+def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions) -> None:
+    """Write the points into the store and hand them to the scheduler, as one submission.
 
-    If anything fails, the points written here are removed and the sweep's manifest is as it was.
+    The sweep's manifest names every point first, marked as a submission under way (``SUBMITTING``), then the
+    points are written in bulk (one sync for all), handed over, and the mark removed. If anything fails here,
+    what was written is removed (the points first) and the sweep's manifest is as it was; a submitter killed
+    on the way leaves a sweep its id names, INTERRUPTED, whose points never run (hpcdl.store.sweeps).
     """
     root, before = sweep.folder.parent, dict(sweep.manifest)
     created: list[Path] = []
@@ -150,27 +157,36 @@ def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions
         if code is None and any(runs_user_code(p.plan) for p in points):
             code = take_snapshot(Path.cwd(), sweep.folder, points[0].plan.cluster.snapshot_limit_mb)
             sweep.manifest["snapshot"] = code
-        manifests, git = [], sweep.manifest.get("git") or {}  # asked once, for the sweep
-        for point in points:
-            folder = new_named_folder(root, f"{sweep.id}_{point.num}")
+        ids = [f"{sweep.id}_{point.num}" for point in points]
+        sweep.manifest.update(points=[*before["points"], *ids], **{SUBMITTING: len(ids)})
+        write_json(sweep.folder / MANIFEST, sweep.manifest)
+        manifests = []
+        common: dict[int, dict[str, Any]] = {}  # one manifest body per distinct plan, not a plan.to_dict() a point
+        git = sweep.manifest.get("git") or {}  # asked once, for the sweep
+        for point, point_id in zip(points, ids):
+            folder = new_named_folder(root, point_id)
             created.append(folder)
             _write_point_files(folder, point)
             shared = {**code, "in": sweep.id} if code and runs_user_code(point.plan) else None
-            manifest = job_manifest(folder.name, point.plan, point.overrides, shared, git,
-                                    output_dir=point.output_dir,
-                                    sweep={"id": sweep.id, "num": point.num, "overrides": list(point.overrides),
-                                           "runner": runner})
-            write_json(folder / MANIFEST, manifest)
+            if id(point.plan) not in common:
+                common[id(point.plan)] = job_manifest(point_id, point.plan, (), shared, git)
+            manifest = {**common[id(point.plan)], "id": point_id, "overrides": list(point.overrides),
+                        "output_dir": point.output_dir,
+                        "sweep": {"id": sweep.id, "num": point.num, "overrides": list(point.overrides),
+                                  "runner": runner}}
+            write_unsynced(folder / MANIFEST, _json(manifest))
             manifests.append(manifest)
-        sweep.manifest["points"] = [*sweep.manifest["points"], *(f.name for f in created)]
-        write_json(sweep.folder / MANIFEST, sweep.manifest)
+        sync_filesystem(root)
         point_ids, handed = backend.submit_sweep(sweep.folder, [(p.plan, f) for p, f in zip(points, created)],
                                                  options.parallelism, options.points_per_task)
         handed_to = JobRecord(sweep.folder, {**sweep.manifest, "backend_id": handed}, {})
-        for folder, manifest, backend_id in zip(created, manifests, point_ids):
-            manifest["backend_id"] = backend_id
-            write_json(folder / MANIFEST, manifest)
         sweep.manifest["backend_id"] = ",".join(filter(None, [sweep.manifest.get("backend_id"), handed]))
+        write_json(sweep.folder / MANIFEST, sweep.manifest)  # names what the scheduler has, before the points
+        for folder, manifest, backend_id in zip(created, manifests, point_ids):
+            manifest["backend_id"] = backend_id  # a point runs once its manifest has it (hpcdl.store.sweeps)
+            write_unsynced(folder / MANIFEST, _json(manifest))
+        sync_filesystem(root)
+        del sweep.manifest[SUBMITTING]
         write_json(sweep.folder / MANIFEST, sweep.manifest)
     except BaseException as e:
         if handed_to is not None:  # the scheduler has them, their record failed: they must not run unseen
@@ -179,7 +195,7 @@ def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions
         for folder in created:
             remove_job_folder(folder)
         sweep.manifest = before
-        if not before["points"]:
+        if not before["points"]:  # the sweep's own folder last: cut short, what is left is named by it
             remove_job_folder(sweep.folder)
         else:
             write_json(sweep.folder / MANIFEST, before)
@@ -188,16 +204,18 @@ def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions
                                   "submitted") from e
         raise
     remember_root(root)
-    return [record for record in (load_record(f) for f in created) if record is not None]
+
+
+def _json(value: dict[str, Any]) -> bytes:
+    return (json.dumps(value, indent=1, sort_keys=True) + "\n").encode()
 
 
 def _write_point_files(folder: Path, point: SweepPoint) -> None:
     if point.payload is not None:
         import cloudpickle
 
-        atomic_save(folder / FUNCTION, lambda f: cloudpickle.dump(point.payload, f))
+        write_unsynced(folder / FUNCTION, cloudpickle.dumps(point.payload))
     if point.hydra_files:
         (folder / HYDRA_FOLDER).mkdir(mode=0o700)
         for name, text in point.hydra_files.items():
-            atomic_write_text(folder / HYDRA_FOLDER / name, text)
-
+            write_unsynced(folder / HYDRA_FOLDER / name, text.encode())

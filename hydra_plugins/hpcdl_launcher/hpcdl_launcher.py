@@ -59,12 +59,14 @@ class HpcdlLauncher(Launcher):
         self.task_function: Any = None
         self.sweep: Any = None
         self.profile: Any = None
+        self.submitted: Dict[int, Any] = {}
+        """Points of later batches submitted with the first (Hydra's basic sweeper without wait), by number."""
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
-        from hpcdl.sweep.launch import remember_sweep_configs
+        from hpcdl.sweep.points import install
 
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
-        remember_sweep_configs(hydra_context.config_loader)
+        install(hydra_context.config_loader)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[Any]:
         from hpcdl.errors import HpcdlError
