@@ -46,8 +46,11 @@ def _state(record: "JobRecord") -> str:
 
 
 def _scheduler_id(record: "JobRecord") -> str:
+    """The scheduler's id as its backend shows it; another user's job (read as JSON alone) as recorded."""
     from hpcdl.cluster import backend_for
 
+    if "plan" not in record.manifest:
+        return str(record.backend_id or "")
     return backend_for(record.backend).display_id(record)
 
 

@@ -241,7 +241,7 @@ def _own_traceback(plan: JobPlan, error: BaseException) -> str:
 def _handed_over(folder: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
     """The job's manifest once its submitter has recorded the scheduler's id (a sweep's points are written
     before the scheduler has them); None when the submitter ended first."""
-    while (ready := handed_over(manifest)) is None:
+    while (ready := handed_over(manifest, folder.parent)) is None:
         time.sleep(0.5)
         manifest = read_json(folder / MANIFEST) or manifest
     return manifest if ready else None

@@ -155,7 +155,7 @@ def test_dry_run_prints_the_sbatch_script_and_submits_nothing(store: Path) -> No
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    (["cluster=nosuchcluster"], "Could not find 'cluster/nosuchcluster'"),
+    (["cluster=nosuchcluster"], "cluster=nosuchcluster: no such option in group cluster"),
     (["cluster.partition=gpu"], "cluster.partition: 'gpu' is not a partition of this cluster; choose one of debug"),
     (["cluster.gpus_per_node=2"], "cluster.gpus_per_node=2: the nodes of partition debug offer at most 0 GPU(s)"),
     (["cluster.nodes=3", "training.execution_environment=parallel"], "cluster.nodes=3: partition debug has 2 node(s)"),

@@ -260,7 +260,7 @@ def write_results() -> int:
     """A job with something to fetch: its metrics and a file of its results folder."""
     hpcdl.report(1, 0.5)
     results = Path(os.environ["HPCDL_JOB_FOLDER"], "results")  # what fetch copies of a function's job
-    results.mkdir()
+    results.mkdir(exist_ok=True)  # made for the user code already
     (results / "weights.bin").write_bytes(b"mine")
     return 42
 

@@ -107,10 +107,10 @@ class JobRecord:
     status: dict[str, Any]
     state: str = "UNKNOWN"
     reason: str = ""
-    waiting_for: str = ""
-    """Why the scheduler keeps a PENDING job waiting, in its own word (Slurm's: Resources, Priority, ...)."""
     progress: Optional[dict[str, Any]] = None
     """The progress view (hpcdl.store.follow.progress) when a listing took it from the store's index."""
+    waiting_for: str = ""
+    """Why the scheduler keeps a PENDING job waiting, in its own word (Slurm's: Resources, Priority, ...)."""
 
     @property
     def id(self) -> str:

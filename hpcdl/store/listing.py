@@ -103,8 +103,9 @@ def _rows(roots: Optional[Iterable[Path]], skipped: list[str]) -> list[tuple[Pat
 
 
 def _record(root: Path, row: Row) -> Optional[JobRecord]:
-    """A job's record: from its row once ended, else read from its folder (its state is asked afresh)."""
-    return load_record(root / row[ID]) if is_open(row) else record_of(root, row)
+    """A job's record: from its row once ended, else read from its folder (its state is asked afresh); a
+    sweep's from its folder always (whether its submission is under way is in its manifest alone)."""
+    return load_record(root / row[ID]) if is_open(row) or row[KIND] == "sweep" else record_of(root, row)
 
 
 def scan(roots: Optional[Iterable[Path]] = None, skipped: Optional[list[str]] = None) -> list[JobRecord]:

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from hpcdl.host import is_running
-from hpcdl.store.files import FUNCTION_RESULT
-from hpcdl.store.folders import DAMAGED, FINAL_STATES, JobRecord, load_record, remove_job_folder
+from hpcdl.store.files import FUNCTION_RESULT, MANIFEST
+from hpcdl.store.folders import DAMAGED, FINAL_STATES, JobRecord, load_record, read_json, remove_job_folder
 from hpcdl.store.safety import UnsafeFolderError, check_job_key, load_pickle
 
 SWEEP = "sweep"
@@ -73,11 +73,18 @@ def submission_state(sweep: JobRecord) -> Optional[str]:
     return "SUBMITTING" if _submitter_runs(sweep.manifest) else INTERRUPTED
 
 
-def handed_over(manifest: dict[str, Any]) -> Optional[bool]:
-    """Whether a job may run: True once its scheduler id is recorded (or it is no sweep's point), None while
-    its submitter may still record it, False when the submitter ended first (an interrupted submission)."""
-    if manifest.get("backend_id") or not isinstance(manifest.get("sweep"), dict):
+def handed_over(manifest: dict[str, Any], root: Path) -> Optional[bool]:
+    """Whether a job of the store ``root`` may run: True once its scheduler id is recorded and its sweep's
+    submission has ended (or it is no sweep's point), None while its submitter may still get there, False
+    when the submitter ended first (an interrupted submission: none of the sweep's points runs)."""
+    sweep = manifest.get("sweep")
+    if not isinstance(sweep, dict):
         return True
+    if manifest.get("backend_id"):
+        check_job_key(str(sweep.get("id")))
+        sweep_manifest = read_json(root / str(sweep["id"]) / MANIFEST) or {}
+        if SUBMITTING not in sweep_manifest:
+            return True
     return None if _submitter_runs(manifest) else False
 
 

@@ -129,7 +129,7 @@ class Runner:
                 self._end_cancelled()
                 self._reap()
                 while self.pending and len(self.running) < self.slots and not self.stopping:
-                    handed = handed_over(read_json(self.pending[0] / MANIFEST) or {})
+                    handed = handed_over(read_json(self.pending[0] / MANIFEST) or {}, self.pending[0].parent)
                     if not _to_run(self.pending[0]) or handed is False:  # cancelled before it started, ended
                         self.pending.pop(0)  # in an earlier run, or its submission was interrupted
                     elif handed is None:  # its submitter has not recorded the scheduler's id yet

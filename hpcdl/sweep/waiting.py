@@ -60,19 +60,23 @@ def follow_points(records: list[JobRecord], poll_s: float) -> list[JobRecord]:
     fresh = list(records)
     started = asked = time.monotonic()
     last = ""
+
+    def say_counts() -> str:
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(r.state for r in fresh).items()))
+        if counts != last:
+            log.info(f"sweep points: {sum(r.final for r in fresh)} of {len(fresh)} done ({counts})")
+        return counts
+
     while True:
         fresh = [load_record(r.folder) or r if not r.final and (r.folder / FINAL).exists() else r for r in fresh]
         if all(r.final for r in fresh):
+            say_counts()
             return fresh
         now = time.monotonic()
         if now - asked >= poll_s:
             fresh = [r if r.final else load_record(r.folder) or r for r in fresh]
             resolve_states([r for r in fresh if not r.final])
-            counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(r.state for r in fresh).items()))
-            if counts != last:
-                log.info(f"sweep points: {sum(r.final for r in fresh)} of {len(fresh)} done ({counts})")
-                last = counts
-            asked = now
+            last, asked = say_counts(), now
             continue
         time.sleep(min(poll_s, max(FIRST_LOOK_S, (now - started) / 20)))
 

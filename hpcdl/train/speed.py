@@ -7,6 +7,7 @@ dispatch_in_background) always wins over the preset.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import getpass
 import json
@@ -90,9 +91,12 @@ def choose_speed(options: TrainingOptions, device: torch.device, model: nn.Modul
 
 
 def resolved(options: TrainingOptions, choice: SpeedChoice) -> TrainingOptions:
-    """``options`` with the choices filled in, for the code that reads them (compile stays None until decided)."""
-    return dataclasses.replace(options, precision=choice.precision, channels_last=choice.channels_last,
-                               compile=choice.compile, dispatch_in_background=choice.dispatch_in_background)
+    """``options`` with the choices filled in, for the code that reads them (compile stays None until decided);
+    a copy, not validated again (a rank runs its plan's options as they were checked at submission)."""
+    filled = copy.copy(options)
+    filled.precision, filled.channels_last = choice.precision, choice.channels_last
+    filled.compile, filled.dispatch_in_background = choice.compile, choice.dispatch_in_background
+    return filled
 
 
 def apply_backend_settings(choice: SpeedChoice) -> Callable[[], None]:
