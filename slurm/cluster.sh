@@ -4,6 +4,7 @@
 #   bash slurm/cluster.sh up       install the packages if missing, start everything (idempotent)
 #   bash slurm/cluster.sh down     stop everything, orphan job steps included
 #   bash slurm/cluster.sh status   what runs, and sinfo
+#   bash slurm/cluster.sh running  exit 0 when this state folder's slurmctld runs and answers
 #   bash slurm/cluster.sh env      the export line for SLURM_CONF
 #
 # Everything lives under one state folder (HPCDL_SLURM_STATE, default /var/tmp/hpcdl-slurm) with its
@@ -228,6 +229,10 @@ down() {
   log "cluster '$CLUSTER' is down (state kept in $STATE; remove it for a clean start)"
 }
 
+answering() {  # a missing config or a dead slurmctld says no at once (scontrol retries a missing config for 60 s)
+  [ -f "$CONF" ] && running "$STATE/run/slurmctld.pid" && scontrol ping >/dev/null 2>&1
+}
+
 status() {
   for name in munged mariadbd slurmdbd slurmctld; do
     running "$STATE/run/$name.pid" && echo "$name: running" || echo "$name: stopped"
@@ -242,6 +247,7 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   status) status ;;
+  running) answering ;;
   env) echo "export SLURM_CONF=$CONF" ;;
-  *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|running|env" >&2; exit 2 ;;
 esac
