@@ -1,0 +1,76 @@
+"""Every example a user reads runs as written, on this machine: the README's code blocks and commands and the
+example commands of every --help (see tests/written_examples.py for what is substituted or skipped, and why).
+Those that need the test cluster run in tests/test_slurm_as_written.py."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.written_examples import (Example, Workspace, expected_exit, help_examples, needs_slurm, readme_examples,
+                                    skip_reason, HELP_COMMANDS, SKIPPED)
+
+TIMING = re.compile(r"\d\d:\d\d:\d\d")  # the progress table's elapsed time: the one thing a rerun may change
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory, digits_root: Path) -> Workspace:
+    """A user's folder and an empty store holding the jobs the placeholders stand for."""
+    workspace = Workspace(tmp_path_factory.mktemp("as-written"), digits_root)
+    completed = workspace.shell("python -m hpcdl.submit wait=true training.max_epochs=1 model=mlp")
+    assert completed.returncode == 0, completed.stderr
+    cancelled = workspace.shell("python -m hpcdl.submit training.max_epochs=1 model=mlp")
+    workspace.ids["completed"], workspace.ids["cancelled"] = completed.stdout.split()[2], cancelled.stdout.split()[2]
+    workspace.shell(f"python -m hpcdl.jobs cancel {workspace.ids['cancelled']}")
+    workspace.cancelled.clear()  # jobs resume ID must make it complete
+    sweep = workspace.shell("python -m hpcdl.submit -m training.max_epochs=1 model=mlp,small_cnn")
+    assert sweep.returncode == 0, sweep.stderr
+    return workspace
+
+
+def run_all(workspace: Workspace, examples: list[Example]) -> list[str]:
+    """Run each example that runs here (once, however often it is written); what went wrong with each."""
+    failures = []
+    for example in examples:
+        if skip_reason(example) or needs_slurm(example) or example.text in workspace.ran:
+            continue
+        workspace.ran.add(example.text)
+        done = workspace.run(example)
+        status, names = expected_exit(example)
+        if done.returncode != status or names not in done.stdout + done.stderr:
+            failures.append(f"{example}\n  ran: {workspace.substituted(example)}\n  exit {done.returncode} "
+                            f"(expected {status})\n  {(done.stderr or done.stdout).strip()[-1500:]}")
+    return failures
+
+
+def test_every_readme_example_runs_as_written(workspace: Workspace) -> None:
+    examples = [e for e in readme_examples() if "hpcdl.seed_everything(0)" not in e.text]  # run twice below
+    failures = run_all(workspace, examples)
+    failures += [f"job {job}: {state}" for job, state in workspace.settle().items()]
+    assert not failures, "\n\n".join(failures)
+
+
+def test_every_help_answers_and_the_commands_it_shows_run_as_written(workspace: Workspace) -> None:
+    helps = {command: workspace.shell(command) for command in HELP_COMMANDS}
+    failures = [f"{command}: exit {done.returncode}\n{done.stderr}" for command, done in helps.items()
+                if done.returncode != 0 or not done.stdout]
+    failures += run_all(workspace, help_examples({c: done.stdout for c, done in helps.items()}))
+    failures += [f"job {job}: {state}" for job, state in workspace.settle().items()]
+    assert not failures, "\n\n".join(failures)
+
+
+def test_the_readme_training_snippet_prints_the_same_twice(workspace: Workspace) -> None:
+    (snippet,) = [e for e in readme_examples() if "hpcdl.seed_everything(0)" in e.text]
+    runs = [workspace.run(snippet) for _ in range(2)]
+    for done in runs:
+        assert done.returncode == 0, done.stderr
+    first, second = (TIMING.sub("hh:mm:ss", done.stdout) for done in runs)
+    assert "validation accuracy" in first and first == second
+
+
+def test_each_skip_names_an_example_and_says_why() -> None:
+    examples = readme_examples() + help_examples({})
+    for key, reason in SKIPPED.items():
+        assert reason and any(key in e.text for e in examples), f"stale skip {key!r}: no example has it"
