@@ -46,7 +46,7 @@ def run_all(workspace: Workspace, examples: list[Example]) -> list[str]:
 
 
 def test_every_readme_example_runs_as_written(workspace: Workspace) -> None:
-    examples = [e for e in readme_examples() if "hpcdl.seed_everything(0)" not in e.text]  # run twice below
+    examples = [e for e in readme_examples() if "train_network(train_set" not in e.text]  # run twice below
     failures = run_all(workspace, examples)
     failures += [f"job {job}: {state}" for job, state in workspace.settle().items()]
     assert not failures, "\n\n".join(failures)
@@ -62,7 +62,7 @@ def test_every_help_answers_and_the_commands_it_shows_run_as_written(workspace: 
 
 
 def test_the_readme_training_snippet_prints_the_same_twice(workspace: Workspace) -> None:
-    (snippet,) = [e for e in readme_examples() if "hpcdl.seed_everything(0)" in e.text]
+    (snippet,) = [e for e in readme_examples() if "train_network(train_set" in e.text]
     runs = [workspace.run(snippet) for _ in range(2)]
     for done in runs:
         assert done.returncode == 0, done.stderr
