@@ -4,13 +4,13 @@ Those that need the test cluster run in tests/test_slurm_as_written.py."""
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
 import pytest
 
-from tests.written_examples import (Example, Workspace, expected_exit, help_examples, needs_slurm, readme_examples,
-                                    skip_reason, HELP_COMMANDS, SKIPPED)
+from tests.written_examples import HELP_COMMANDS, SKIPPED, Workspace, help_examples, readme_examples, runs_here
 
 TIMING = re.compile(r"\d\d:\d\d:\d\d")  # the progress table's elapsed time: the one thing a rerun may change
 
@@ -30,24 +30,9 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, digits_root: Path) -> Wo
     return workspace
 
 
-def run_all(workspace: Workspace, examples: list[Example]) -> list[str]:
-    """Run each example that runs here (once, however often it is written); what went wrong with each."""
-    failures = []
-    for example in examples:
-        if skip_reason(example) or needs_slurm(example) or example.text in workspace.ran:
-            continue
-        workspace.ran.add(example.text)
-        done = workspace.run(example)
-        status, names = expected_exit(example)
-        if done.returncode != status or names not in done.stdout + done.stderr:
-            failures.append(f"{example}\n  ran: {workspace.substituted(example)}\n  exit {done.returncode} "
-                            f"(expected {status})\n  {(done.stderr or done.stdout).strip()[-1500:]}")
-    return failures
-
-
 def test_every_readme_example_runs_as_written(workspace: Workspace) -> None:
-    examples = [e for e in readme_examples() if "train_network(train_set" not in e.text]  # run twice below
-    failures = run_all(workspace, examples)
+    examples = [e for e in readme_examples() if runs_here(e) and "train_network(train_set" not in e.text]  # twice below
+    failures = workspace.run_all(examples)
     failures += [f"job {job}: {state}" for job, state in workspace.settle().items()]
     assert not failures, "\n\n".join(failures)
 
@@ -56,7 +41,8 @@ def test_every_help_answers_and_the_commands_it_shows_run_as_written(workspace: 
     helps = {command: workspace.shell(command) for command in HELP_COMMANDS}
     failures = [f"{command}: exit {done.returncode}\n{done.stderr}" for command, done in helps.items()
                 if done.returncode != 0 or not done.stdout]
-    failures += run_all(workspace, help_examples({c: done.stdout for c, done in helps.items()}))
+    examples = help_examples({c: done.stdout for c, done in helps.items()})
+    failures += workspace.run_all([e for e in examples if runs_here(e)])
     failures += [f"job {job}: {state}" for job, state in workspace.settle().items()]
     assert not failures, "\n\n".join(failures)
 
@@ -74,3 +60,24 @@ def test_each_skip_names_an_example_and_says_why() -> None:
     examples = readme_examples() + help_examples({})
     for key, reason in SKIPPED.items():
         assert reason and any(key in e.text for e in examples), f"stale skip {key!r}: no example has it"
+
+
+def test_every_jobs_subcommand_is_shown_and_each_of_its_arguments_described() -> None:
+    from hpcdl import jobs
+
+    (verbs,) = [a for a in jobs.parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    for verb, sub in verbs.choices.items():
+        assert f"python -m hpcdl.jobs {verb} " in jobs.__doc__ or f"python -m hpcdl.jobs {verb}\n" in jobs.__doc__, verb
+        for action in sub._actions:
+            assert action.help, f"python -m hpcdl.jobs {verb}: {action.option_strings or action.dest} is not described"
+
+
+def test_the_readme_main_command_and_each_console_scripts_help_run_from_the_wheel(
+        installed: Path, tmp_path: Path, digits_root: Path) -> None:
+    workspace = Workspace(tmp_path, digits_root, installed=installed)
+    (main,) = [e for e in readme_examples() if e.text == "python -m hpcdl.submit wait=true"]
+    done = workspace.run(main)
+    assert done.returncode == 0 and "stop_reason:" in done.stdout, done.stderr
+    for command in (c for c in HELP_COMMANDS if c.startswith("hpcdl-")):
+        done = workspace.shell(f"command -v {command.split()[0]} && {command}")
+        assert done.returncode == 0 and done.stdout.startswith(str(installed)), f"{command}: {done.stderr}"

@@ -227,6 +227,11 @@ def needs_slurm(example: Example) -> bool:
     return "cluster=slurm" in example.text or 'cluster="slurm"' in example.text
 
 
+def runs_here(example: Example) -> bool:
+    """Neither skipped nor for the test cluster (tests/test_slurm_as_written.py runs those)."""
+    return not skip_reason(example) and not needs_slurm(example)
+
+
 class Workspace:
     """A folder as a user's: their files, an empty store (HPCDL_STORE) and home, the digits as PNG folders."""
 
@@ -245,10 +250,10 @@ class Workspace:
             f"{path.relative_to(digits)},{path.parent.name}\n" for path in sorted(digits.glob("*/*.png"))))
         (root / "home").mkdir()
         self.store = root / "store"
-        bin_folder = str(installed / "bin") if installed else str(Path(sys.executable).parent)
+        scripts = [str(installed / "bin")] if installed else []  # the wheel's console scripts first
         self.env = {**os.environ, "HPCDL_STORE": str(self.store), "HOME": str(root / "home"),
                     "XDG_CACHE_HOME": str(digits.parent / "cache"),
-                    "PATH": f"{bin_folder}:{os.environ['PATH']}"}
+                    "PATH": ":".join([*scripts, str(Path(sys.executable).parent), os.environ["PATH"]])}
         self.env.pop("HYDRA_FULL_ERROR", None)
         if installed:
             self.env["PYTHONPATH"] = str(installed)
@@ -298,6 +303,20 @@ class Workspace:
         if re.search(r"jobs cancel (\S+)", command) and done.returncode == 0:
             self.cancelled.add(command.split("jobs cancel ")[1].split()[0])
         return done
+
+    def run_all(self, examples: list[Example]) -> list[str]:
+        """Run each example in turn, once however often it is written; what went wrong with each."""
+        failures = []
+        for example in examples:
+            if example.text in self.ran:
+                continue
+            self.ran.add(example.text)
+            done = self.run(example)
+            status, names = expected_exit(example)
+            if done.returncode != status or names not in done.stdout + done.stderr:
+                failures.append(f"{example}\n  ran: {self.substituted(example)}\n  exit {done.returncode} "
+                                f"(expected {status})\n  {(done.stderr or done.stdout).strip()[-1500:]}")
+        return failures
 
     def job_ids(self) -> list[str]:
         """Every job and sweep in the store."""
