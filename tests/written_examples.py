@@ -5,7 +5,7 @@ tests/test_slurm_as_written.py (the test cluster).
 What is changed before a command runs is all here, in plain tables: PLACEHOLDERS (a path or a job id the text
 stands for), APPENDED (an override that shrinks the work: one epoch), USER_FILES (the user's own files an example
 names, written into the folder it runs in), PRELUDES (names a fragment of a user's script assumes). SKIPPED lists
-what cannot run here, keyed by a substring found in no other example, with the reason.
+what cannot run here, keyed by a substring of the examples it covers, with the reason.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ PLACEHOLDERS: dict[str, Callable[["Workspace", str], str]] = {
     "SWEEP_ID": lambda w, _: w.ids["sweep"],
     "ID": lambda w, command: w.ids["cancelled" if " resume " in command else "completed"],
 }
-"""A text an example stands for something with -> what it is replaced by (in this order, whole words)."""
+"""A text an example stands for something with -> what replaces it (in this order; ID only as a whole word)."""
 
 APPENDED = {"hpcdl.submit": "training.max_epochs=1", "hpcdl.run": "training.max_epochs=1",
             "max_epochs=8, mini_batch_size": "max_epochs=1, mini_batch_size"}
