@@ -118,8 +118,8 @@ def test_every_options_whole_description_is_in_the_help_and_the_readme_tables() 
     readme = (REPO / "README.md").read_text()
     for path, cls in sections().items():
         for name, doc in field_docs(cls).items():
-            if f"{path}.{name}".lstrip(".") in sections():
+            key, whole = f"{path}.{name}".lstrip("."), " ".join(doc.split())
+            if key in sections():
                 continue  # a subsection: its own heading
-            whole = " ".join(doc.split())
-            assert whole in help_words, f"{path}.{name}: its description is cut in --help"
-            assert re.sub(r"[|*]", r"\\\g<0>", whole) in readme, f"{path}.{name}: its description is cut in README"
+            assert whole in help_words, f"{key}: its description is cut in --help"
+            assert re.sub(r"[|*]", r"\\\g<0>", whole) in readme, f"{key}: its description is cut in README"
