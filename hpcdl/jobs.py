@@ -1,12 +1,16 @@
-"""python -m hpcdl.jobs: list, show, logs, watch, wait, cancel and fetch jobs, from any shell.
+"""python -m hpcdl.jobs: list, show, logs, watch, wait, cancel, fetch, resume and clean jobs, from any shell.
 
-    python -m hpcdl.jobs list [--state RUNNING] [--name digits] [--since 7d] [--limit N] [--user U | --all] [--points]
-    python -m hpcdl.jobs clean --older-than 30d [--state FAILED] [--dry-run]
-    python -m hpcdl.jobs show ID          ID: hpcdl id, a unique prefix, a Slurm job id, or 'last'
-                                          a sweep's id: its points' table (fetch: CSV and curves)
-    python -m hpcdl.jobs logs ID [-f] [--rank N] [--stderr]
-    python -m hpcdl.jobs watch ID | wait ID | cancel ID
-    python -m hpcdl.jobs fetch ID [--to DIR]
+    python -m hpcdl.jobs list                  # also --state RUNNING, --name digits, --since 7d, --limit N,
+                                               # --user U or --all (others' jobs, read-only), --points
+    python -m hpcdl.jobs clean --older-than 30d --state FAILED --dry-run
+    python -m hpcdl.jobs show ID               # ID: hpcdl id, a unique prefix, a Slurm job id, or last;
+                                               # a sweep's id: its points' table (fetch: CSV and curves)
+    python -m hpcdl.jobs logs ID -f --rank 0   # --stderr: the rank's stderr
+    python -m hpcdl.jobs watch ID
+    python -m hpcdl.jobs wait ID --timeout 3600
+    python -m hpcdl.jobs cancel ID
+    python -m hpcdl.jobs fetch ID --to results/
+    python -m hpcdl.jobs resume ID --time 02:00:00
 """
 
 from __future__ import annotations
@@ -455,15 +459,21 @@ def parser() -> argparse.ArgumentParser:
                             ("resume", cmd_resume, "submit a stopped training job again; it goes on from its "
                                                    "newest checkpoint"),
                             ("logs", cmd_logs, "a rank's stdout or stderr")):
-        sub = verbs.add_parser(verb, help=text)
-        sub.add_argument("id")
+        sub = verbs.add_parser(verb, help=text, description=text)
+        sub.add_argument("id", metavar="ID", help="the job's hpcdl id, a unique prefix of it, its Slurm job id, "
+                                                  "or 'last' (your newest job)")
         sub.set_defaults(run=run)
         if verb == "logs":
             sub.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
-            sub.add_argument("--rank", type=int, default=0)
+            sub.add_argument("--rank", type=int, default=0, metavar="N",
+                             help="the rank whose log to print, from 0 (default 0)")
             sub.add_argument("--stderr", action="store_true", help="stderr instead of stdout")
-        if verb in ("wait", "cancel"):
-            sub.add_argument("--timeout", type=float, default=None if verb == "wait" else 60.0)
+        if verb == "wait":
+            sub.add_argument("--timeout", type=float, default=None, metavar="S",
+                             help="give up after this many seconds, exit 1 (default: wait as long as it runs)")
+        if verb == "cancel":
+            sub.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                             help="seconds to wait for the job to end after cancelling it (default 60)")
         if verb == "resume":
             sub.add_argument("--time", help="a new time limit (Slurm's format, e.g. 02:00:00)")
         if verb == "fetch":

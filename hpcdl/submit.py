@@ -6,7 +6,7 @@
     python -m hpcdl.submit wait=true                        # follow the job, then print its result
     python -m hpcdl.submit entry=mypkg.train:main           # your function on every rank, given the config
     python -m hpcdl.submit script=train.py -- --lr 0.1      # your script on every rank, with its arguments
-    python -m hpcdl.submit -m training.learn_rate=0.1,0.01  # a sweep: one job array (Slurm) or runner (local)
+    python -m hpcdl.submit -m training.initial_learn_rate=0.1,0.01  # a sweep: a job array (Slurm) or runner (local)
 """
 
 from __future__ import annotations

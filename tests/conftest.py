@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+REPO = Path(__file__).resolve().parents[1]
+LEFT_OUT = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", "runs")
 
 
 @pytest.fixture(scope="session")
@@ -45,3 +51,17 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def job_folders(root: Path) -> list[str]:
     """The job folders in a store (none when the store was never created; hidden ones, like the index, left out)."""
     return sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) if root.is_dir() else []
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from a copy of this checkout (once a session), installed (not editable) in a folder."""
+    work = tmp_path_factory.mktemp("wheel")
+    shutil.copytree(REPO, work / "src", ignore=LEFT_OUT)  # the build writes build/ beside the sources
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(work / "src")],
+                   check=True, capture_output=True)
+    (wheel,) = (work / "dist").glob("hpcdl-*.whl")
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(work / "site"), str(wheel)],
+                   check=True, capture_output=True)
+    return work / "site"

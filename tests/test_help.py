@@ -111,3 +111,15 @@ def test_cfg_job_shows_a_users_network_with_its_arguments_and_no_built_in_option
 def test_cfg_and_help_name_a_bad_override(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
     assert help_or_cfg(args, "usage: test") == 2
     assert message in capsys.readouterr().err
+
+
+def test_every_options_whole_description_is_in_the_help_and_the_readme_tables() -> None:
+    help_words = " ".join(help_text("usage: test", Config()).split())
+    readme = (REPO / "README.md").read_text()
+    for path, cls in sections().items():
+        for name, doc in field_docs(cls).items():
+            key, whole = f"{path}.{name}".lstrip("."), " ".join(doc.split())
+            if key in sections():
+                continue  # a subsection: its own heading
+            assert whole in help_words, f"{key}: its description is cut in --help"
+            assert re.sub(r"[|*]", r"\\\g<0>", whole) in readme, f"{key}: its description is cut in README"

@@ -3,29 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-LEFT_OUT = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", "runs")
-
-
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel built from a copy of this checkout, installed (not editable) into a folder of its own."""
-    work = tmp_path_factory.mktemp("wheel")
-    shutil.copytree(REPO, work / "src", ignore=LEFT_OUT)  # the build writes build/ beside the sources
-    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(work / "src")],
-                   check=True, capture_output=True)
-    (wheel,) = (work / "dist").glob("hpcdl-*.whl")
-    subprocess.run([*pip, "install", "--no-deps", "--target", str(work / "site"), str(wheel)],
-                   check=True, capture_output=True)
-    return work / "site"
 
 
 def run_installed(site: Path, cwd: Path, *command: str) -> subprocess.CompletedProcess[str]:

@@ -67,12 +67,12 @@ def section_doc(path: str) -> str:
 
 
 def option_rows(path: str, values: Config) -> list[tuple[str, str, str, str]]:
-    """(name, type, value in ``values``, doc) of each option of section ``path``; subsections left out."""
+    """(name, type, value in ``values``, whole doc) of each option of section ``path``; subsections left out."""
     cls, section = sections()[path], values
     for name in filter(None, path.split(".")):
         section = getattr(section, name)
     hints, docs = typing.get_type_hints(cls), field_docs(cls)
-    return [(name, type_name(hint), show(getattr(section, name)), docs[name].splitlines()[0])
+    return [(name, type_name(hint), show(getattr(section, name)), docs[name])
             for name, hint in hints.items() if not dataclasses.is_dataclass(hint)]
 
 
@@ -119,8 +119,9 @@ def help_text(usage: str, values: Config) -> str:
         widths = [max(len(row[i]) for row in rows) for i in range(2)] + [
             min(DEFAULT_WIDTH, max(len(row[2]) for row in rows))]
         lines += ["", f"{path or ROOT}: {section_doc(path)}"]
-        lines += [f"  {key:<{widths[0]}}  {kind:<{widths[1]}}  {value:<{widths[2]}}  {doc}"
-                  for key, kind, value, doc in rows]
+        indent = " " * (2 + widths[0] + 2 + widths[1] + 2 + widths[2] + 2)  # the doc column: a doc's further lines
+        lines += [f"  {key:<{widths[0]}}  {kind:<{widths[1]}}  {value:<{widths[2]}}  "
+                  + doc.replace("\n", "\n" + indent) for key, kind, value, doc in rows]
     return "\n".join(lines)
 
 
@@ -128,7 +129,7 @@ def markdown_table(path: str) -> str:
     """Section ``path``'s options as a Markdown table, with the tree's defaults."""
     rows = ["| option | type | default | description |", "|---|---|---|---|"]
     for name, kind, value, doc in option_rows(path, Config()):
-        escaped = MARKDOWN_SPECIAL.sub(r"\\\g<0>", doc)
+        escaped = MARKDOWN_SPECIAL.sub(r"\\\g<0>", " ".join(doc.split()))  # the whole doc, on the row's one line
         rows.append(f"| `{name}` | {kind} | `{value}` | {escaped} |")
     return "\n".join(rows) + "\n"
 

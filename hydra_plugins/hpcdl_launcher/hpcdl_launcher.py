@@ -1,7 +1,7 @@
 """hydra/launcher=hpcdl: a multirun sweep as hpcdl jobs, Slurm job arrays or a local background runner.
 
     python my_app.py -m hydra/launcher=hpcdl hydra.launcher.cluster=slurm lr=0.1,0.01 seed=1,2,3
-    python -m hpcdl.submit -m training.learn_rate=0.1,0.01     # hpcdl's own app: this launcher by default
+    python -m hpcdl.submit -m training.initial_learn_rate=0.1,0.01   # hpcdl's own app: this launcher by default
 
 Under Hydra's basic sweeper the sweep returns as soon as the scheduler has every point (the sweep id is
 printed); a sweeper that needs results (Optuna, Nevergrad, Ax, ...) or ``hydra.launcher.wait=true`` follows
