@@ -24,7 +24,7 @@ from hpcdl.errors import HpcdlError
 
 if TYPE_CHECKING:
     from hpcdl.store.folders import JobRecord
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.job import Job
 
 
 def _clock(seconds: float) -> str:
@@ -54,7 +54,7 @@ def _scheduler_id(record: "JobRecord") -> str:
 def _row(record: "JobRecord") -> tuple[str, ...]:
     """One line of the listing; DAMAGED (and why on stderr) for a record whose content makes no sense."""
     from hpcdl.store.folders import DAMAGED
-    from hpcdl.store.follow import progress
+    from hpcdl.store.metrics import progress
 
     if record.state != DAMAGED:
         try:
@@ -72,7 +72,7 @@ def _row(record: "JobRecord") -> tuple[str, ...]:
 
 def _sweep_row(sweep: "JobRecord", points: list["JobRecord"]) -> tuple[str, ...]:
     """A sweep's line: its points counted by state, the best validation accuracy among them."""
-    from hpcdl.store.follow import progress
+    from hpcdl.store.metrics import progress
 
     best = []
     for point in points:
@@ -89,7 +89,8 @@ def _sweep_row(sweep: "JobRecord", points: list["JobRecord"]) -> tuple[str, ...]
 
 def cmd_list(args: argparse.Namespace) -> int:
     from hpcdl.store.folders import DAMAGED
-    from hpcdl.store.listing import parse_since, select, user_id
+    from hpcdl.lifecycle.listing import select
+    from hpcdl.store.listing import parse_since, user_id
 
     selection = select(state=args.state, name=args.name, since=args.since and parse_since(args.since),
                        users=args.user and {user_id(args.user)}, everyone=args.all, limit=args.limit,
@@ -109,7 +110,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from hpcdl.store.listing import clean, parse_duration
+    from hpcdl.lifecycle.listing import clean
+    from hpcdl.store.listing import parse_duration
 
     removed = clean(parse_duration(args.older_than), args.state, dry_run=args.dry_run)
     for record in removed:
@@ -125,7 +127,7 @@ def _when(seconds: float) -> str:
 def _sweep_points(folder: Path) -> tuple["JobRecord", list["JobRecord"]]:
     """A sweep's record and its points, asking the scheduler once: the points' states, then the sweep's."""
     from hpcdl.store.folders import DAMAGED, load_record
-    from hpcdl.store.states import resolve_sweep
+    from hpcdl.lifecycle.states import resolve_sweep
 
     sweep = load_record(folder)
     if sweep is None:
@@ -135,7 +137,8 @@ def _sweep_points(folder: Path) -> tuple["JobRecord", list["JobRecord"]]:
 
 def _show_sweep(folder: Path) -> int:
     from hpcdl.store.folders import DAMAGED
-    from hpcdl.store.sweeps import format_table, points_done, summary
+    from hpcdl.lifecycle.sweep_report import format_table, summary
+    from hpcdl.store.sweeps import points_done
 
     sweep, points = _sweep_points(folder)
     if sweep.state == DAMAGED:
@@ -161,7 +164,7 @@ def _show_damaged(job_id: str, reason: str, folder: Path) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     """Everything known of a job; DAMAGED with the reason when a record's content is not of the shape written
     (the whole text is composed first: a damaged record prints no half of it)."""
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.job import Job
 
     job = Job.attach(args.id)
     text = io.StringIO()
@@ -218,7 +221,8 @@ def _show_outcome(job: Any, record: "JobRecord") -> None:
     """Progress in words, the result and where it lies, and what comes next: for a failed job its error."""
     from hpcdl.store.files import CHECKPOINTS, RESULT, RESULTS, RESULTS_DIR, checkpoint_files
     from hpcdl.store.folders import FINAL_STATES, read_json
-    from hpcdl.store.follow import progress, progress_words
+    from hpcdl.lifecycle.follow import progress_words
+    from hpcdl.store.metrics import progress
 
     started = record.state not in ("SUBMITTING", "PENDING")
     words = progress_words(progress(record))
@@ -249,7 +253,7 @@ def _show_outcome(job: Any, record: "JobRecord") -> None:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.job import Job
     from hpcdl.store.safety import open_job_file
 
     job = Job.attach(args.id)
@@ -292,8 +296,8 @@ def _check_logs_asked(job: Any, rank: int) -> None:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from hpcdl.store.follow import follow
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.follow import follow
+    from hpcdl.lifecycle.job import Job
 
     job = Job.attach(args.id)
     state = follow(job)
@@ -302,8 +306,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    from hpcdl.store.follow import follow
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.follow import follow
+    from hpcdl.lifecycle.job import Job
     from hpcdl.store.sweeps import SWEEP
 
     job = Job.attach(args.id)
@@ -318,14 +322,15 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 def _sweep_table(job: Any) -> None:
     """A sweep's result table, once it has ended (nothing for a job)."""
-    from hpcdl.store.sweeps import SWEEP, format_table, summary
+    from hpcdl.lifecycle.sweep_report import format_table, summary
+    from hpcdl.store.sweeps import SWEEP
 
     if job.manifest.get("kind") == SWEEP:
         print(format_table(summary(_sweep_points(job.folder)[1])))
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.job import Job
 
     job = Job.attach(args.id)
     if job.cancel():
@@ -336,8 +341,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from hpcdl.store.job import Job
-    from hpcdl.submission import resume_job
+    from hpcdl.lifecycle.job import Job
+    from hpcdl.lifecycle.submission import resume_job
 
     job = resume_job(Job.attach(args.id), args.time)
     print(f"resumed {job.id} from its newest checkpoint as {job.backend_id}\n"
@@ -349,7 +354,8 @@ def _fetch_sweep(job: Any, args: argparse.Namespace) -> int:
     """A sweep's summary table on screen, as CSV and its points' curves as PNG, in the target folder."""
     from hpcdl.store.folders import DAMAGED
     from hpcdl.store.safety import open_target
-    from hpcdl.store.sweeps import SUMMARY_CSV, SUMMARY_PLOT, format_table, plot_curves, summary, write_csv
+    from hpcdl.lifecycle.sweep_report import format_table, plot_curves, summary, write_csv
+    from hpcdl.store.files import SUMMARY_CSV, SUMMARY_PLOT
 
     if args.wait:
         job.wait()
@@ -371,7 +377,7 @@ def _fetch_sweep(job: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.job import Job
     from hpcdl.store.safety import open_target
     from hpcdl.store.sweeps import SWEEP
 
@@ -394,7 +400,7 @@ def _copy_results(job: Any, result: Any, target_fd: int, target: Path) -> None:
     from hpcdl.store.safety import copy_out
 
     if job.manifest["kind"] == "train":
-        from hpcdl.store.follow import format_summary
+        from hpcdl.lifecycle.follow import format_summary
 
         copied = []
         for name in RESULTS:
@@ -417,7 +423,7 @@ def _copy_results(job: Any, result: Any, target_fd: int, target: Path) -> None:
 
 def _state_name(text: str) -> str:
     """A state to list by, in capitals; an unknown one (DONE, say) is refused naming those there are."""
-    from hpcdl.store.states import STATES
+    from hpcdl.lifecycle.states import STATES
 
     if text.upper() not in STATES:
         raise argparse.ArgumentTypeError(f"no state {text!r}: one of {', '.join(STATES)} (a job that ended "

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from hpcdl.cluster.environment import exported_environment, job_environment
+from hpcdl.config.environment import exported_environment, job_environment
 from hpcdl.config import ClusterConfig, Config, TrainingOptions
 from hpcdl.config.cluster import time_limit_seconds
 from hpcdl.config.root import check_job_name

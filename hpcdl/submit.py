@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
     from hpcdl.config.compose import compose_config
     from hpcdl.plan import resolve
     from hpcdl.store.folders import store_root
-    from hpcdl.submission import submit_job
+    from hpcdl.lifecycle.submission import submit_job
 
     try:
         overrides, script_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv \
@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
           f"  results:  python -m hpcdl.jobs fetch {job.id}")
     if not config.wait:
         return 0
-    from hpcdl.store.follow import follow, format_result
+    from hpcdl.lifecycle.follow import follow, format_result
 
     state = follow(job)
     if state != "COMPLETED":

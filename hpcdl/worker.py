@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from hpcdl.cluster.restarts import (how_run_ended, is_earlier_runs_failure, record_failure, record_final,
+from hpcdl.distributed.restarts import (how_run_ended, is_earlier_runs_failure, record_failure, record_final,
                                    recorded_final, requeued_since_start, this_job, this_run,
                                    withdraw_earlier_failure)
 from hpcdl.distributed import heartbeat

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hpcdl import ConfigError
-from hpcdl.cluster.environment import exported_environment, job_environment
+from hpcdl.config.environment import exported_environment, job_environment
 from hpcdl.config.cluster import ClusterConfig, time_limit_minutes, time_limit_seconds
 from hpcdl.plan import JobPlan
 from hpcdl.cluster.slurm import sbatch_script

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from hpcdl.cluster.restarts import record_failure
+from hpcdl.distributed.restarts import record_failure
 from hpcdl.distributed.env import node_name
 from hpcdl.errors import FolderGoneError, HpcdlError
 from hpcdl.store.atomic import atomic_write_text, make_folder

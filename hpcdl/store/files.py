@@ -45,6 +45,10 @@ FUNCTION_RESULT = "result.pkl"
 """hpcdl.batch: the pickled return value."""
 RANK_RESULTS = "rank-results"
 """hpcdl.batch(all_ranks=True): each rank's pickled return value, as N.pkl."""
+SUMMARY_CSV = "sweep-summary.csv"
+"""In a sweep's folder: one row per point (jobs sweep --csv)."""
+SUMMARY_PLOT = "sweep-curves.png"
+"""In a sweep's folder: the points' curves in one plot (jobs sweep --plot)."""
 RESULTS = (MODEL, INFO, RESULT, METRICS, PLOT)
 """What jobs fetch copies of a training job."""
 

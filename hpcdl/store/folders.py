@@ -110,7 +110,7 @@ class JobRecord:
     waiting_for: str = ""
     """Why the scheduler keeps a PENDING job waiting, in its own word (Slurm's: Resources, Priority, ...)."""
     progress: Optional[dict[str, Any]] = None
-    """The progress view (hpcdl.store.follow.progress) when a listing took it from the store's index."""
+    """The progress view (hpcdl.store.metrics.progress) when a listing took it from the store's index."""
 
     @property
     def id(self) -> str:

@@ -54,7 +54,7 @@ def valid_row(row: Any) -> bool:
 
 def row_of(record: JobRecord, mtime_ns: int) -> Row:
     """The index row of a job read from its folder (its progress taken from the run's metrics summary)."""
-    from hpcdl.store.follow import progress
+    from hpcdl.store.metrics import progress
 
     view: dict[str, Any] = {}
     if record.state != DAMAGED and record.manifest.get("kind") != "sweep":

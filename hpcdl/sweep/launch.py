@@ -68,7 +68,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
             return [_job_return(JobReturn, point, None, None) for point in ready[:len(job_overrides)]]
         records = follow_points([load_record(launcher.sweep.folder.parent / p.id) for p in ready], launcher.poll_s)
     if hasattr(launcher.task_function, "hpcdl_script_args"):  # hpcdl.submit -m ... wait=true: the points' table
-        from hpcdl.store.sweeps import format_table, summary
+        from hpcdl.lifecycle.sweep_report import format_table, summary
 
         print(format_table(summary(records)), flush=True)
     composer = install(launcher.hydra_context.config_loader)

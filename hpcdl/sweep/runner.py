@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from hpcdl.cluster.restarts import is_earlier_runs_failure, record_failure
+from hpcdl.distributed.restarts import is_earlier_runs_failure, record_failure
 from hpcdl.distributed.env import free_port
 from hpcdl.errors import HpcdlError
 from hpcdl.store.files import FINAL, LOGS, MANIFEST, STATUS

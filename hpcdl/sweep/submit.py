@@ -25,7 +25,7 @@ from hpcdl.store.files import FUNCTION, MANIFEST
 from hpcdl.store.folders import (JobRecord, new_job_folder, new_named_folder, remember_root, remove_job_folder,
                                  store_root, write_json)
 from hpcdl.store.sweeps import CANCELLED_MARK, SUBMITTING, SWEEP
-from hpcdl.submission import job_manifest, runs_user_code
+from hpcdl.lifecycle.submission import job_manifest, runs_user_code
 
 HYDRA_FOLDER = ".hydra"
 

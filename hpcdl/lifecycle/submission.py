@@ -19,7 +19,7 @@ from hpcdl.store.files import CHECKPOINTS, FINAL, FUNCTION, MANIFEST, checkpoint
 from hpcdl.store.folders import JobRecord, new_job_folder, remember_root, remove_job_folder, store_root, write_json
 from hpcdl.plan import JobPlan, resolve_function
 from hpcdl.snapshot import take_snapshot
-from hpcdl.store.job import Job
+from hpcdl.lifecycle.job import Job
 from hpcdl.store.status import forget_ranks_of_last_run
 
 

@@ -15,7 +15,7 @@ from hpcdl.errors import HpcdlError, JobFailedError
 from hpcdl.store.files import FUNCTION_RESULT, RANK_RESULTS, RESULT
 from hpcdl.store.folders import DAMAGED, JobRecord, find, load_record, read_json
 from hpcdl.store.safety import load_pickle, read_job_file
-from hpcdl.store.states import resolve_states, resolve_sweep
+from hpcdl.lifecycle.states import resolve_states, resolve_sweep
 from hpcdl.store.status import withdraw_final, write_final
 from hpcdl.store.atomic import create_once, sync_filesystem
 from hpcdl.store.sweeps import CANCELLED_MARK, INTERRUPTED, is_sweep, remove_interrupted
