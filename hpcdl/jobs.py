@@ -21,6 +21,7 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from hpcdl.errors import HpcdlError
+from hpcdl.store.states import CANCELLED, COMPLETED, PENDING, RUNNING, STOPPED, SUBMITTING, TIMEOUT
 
 if TYPE_CHECKING:
     from hpcdl.store.folders import JobRecord
@@ -213,7 +214,7 @@ def _show(job: "Job") -> int:
     return 0
 
 
-NOT_FAILED = ("COMPLETED", "CANCELLED", "TIMEOUT", "STOPPED")
+NOT_FAILED = (COMPLETED, CANCELLED, TIMEOUT, STOPPED)
 """Final states that are no error of the job: it completed, was cancelled, or reached its time limit."""
 
 
@@ -224,10 +225,10 @@ def _show_outcome(job: Any, record: "JobRecord") -> None:
     from hpcdl.lifecycle.follow import progress_words
     from hpcdl.store.metrics import progress
 
-    started = record.state not in ("SUBMITTING", "PENDING")
+    started = record.state not in (SUBMITTING, PENDING)
     words = progress_words(progress(record))
     print(f"progress  {words or ('none reported yet' if started else 'not started')}")
-    if record.state == "COMPLETED" and record.manifest["kind"] == "train":
+    if record.state == COMPLETED and record.manifest["kind"] == "train":
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):  # a damaged result.json: no line
             result = read_json(record.folder / RESULT) or {}
             accuracy, loss = result.get("validation_accuracy"), result.get("final_loss")
@@ -236,14 +237,14 @@ def _show_outcome(job: Any, record: "JobRecord") -> None:
                   + ("" if accuracy is None else f", validation accuracy {100 * accuracy:.2f}%"))
     kept = [name for name in RESULTS if (record.folder / name).is_file()] if record.manifest["kind"] == "train" \
         else [f"{RESULTS_DIR}/"] if (record.folder / RESULTS_DIR).is_dir() else []
-    if record.state == "COMPLETED" or kept:
+    if record.state == COMPLETED or kept:
         print(f"results   {', '.join(kept) or 'the return value'} in {record.folder}; a copy here: "
               f"python -m hpcdl.jobs fetch {record.id}")
     if started:
         ranks = record.plan.get("world_size", 1)
         print(f"logs      python -m hpcdl.jobs logs {record.id} [--stderr]"
               + (f" [--rank 0..{ranks - 1}]" if ranks > 1 else ""))
-    if record.state in ("TIMEOUT", "STOPPED", "CANCELLED") and (
+    if record.state in (TIMEOUT, STOPPED, CANCELLED) and (
             record.manifest["kind"] == "train" or checkpoint_files(record.folder / CHECKPOINTS)):
         print(f"resume    python -m hpcdl.jobs resume {record.id} goes on from its newest checkpoint")
     if record.state in FINAL_STATES and record.state not in NOT_FAILED:
@@ -276,7 +277,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             if not shown:
                 record = job.refresh()
                 print(f"note: rank {args.rank} of job {job.id} ({_state(record)}) has written nothing to its "
-                      f"{'stderr' if args.stderr else 'stdout'}" + ("" if record.final or record.state == "RUNNING"
+                      f"{'stderr' if args.stderr else 'stdout'}" + ("" if record.final or record.state == RUNNING
                                                                      else ": it has not started yet"), file=sys.stderr)
             return 0
         time.sleep(1.0)
@@ -302,7 +303,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     job = Job.attach(args.id)
     state = follow(job)
     _sweep_table(job)
-    return 0 if state == "COMPLETED" else 1
+    return 0 if state == COMPLETED else 1
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
@@ -317,7 +318,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
     else:
         state = job.wait(args.timeout)
     print(state)
-    return 0 if state == "COMPLETED" else 1
+    return 0 if state == COMPLETED else 1
 
 
 def _sweep_table(job: Any) -> None:
@@ -423,7 +424,7 @@ def _copy_results(job: Any, result: Any, target_fd: int, target: Path) -> None:
 
 def _state_name(text: str) -> str:
     """A state to list by, in capitals; an unknown one (DONE, say) is refused naming those there are."""
-    from hpcdl.lifecycle.states import STATES
+    from hpcdl.store.states import STATES
 
     if text.upper() not in STATES:
         raise argparse.ArgumentTypeError(f"no state {text!r}: one of {', '.join(STATES)} (a job that ended "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 
 from hpcdl.errors import HpcdlError
+from hpcdl.store.states import COMPLETED
 
 USAGE = __doc__
 
@@ -71,7 +72,7 @@ def main(argv: list[str]) -> int:
     from hpcdl.lifecycle.follow import follow, format_result
 
     state = follow(job)
-    if state != "COMPLETED":
+    if state != COMPLETED:
         print(f"job {job.id} ended {state}\n{job.error()}", file=sys.stderr)
         return 1
     print(format_result(plan.kind, job.result()))

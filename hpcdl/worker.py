@@ -36,9 +36,10 @@ from hpcdl.snapshot import run_from_snapshot
 from hpcdl.store.atomic import atomic_save, make_folder, remove_stale_temporaries
 from hpcdl.store.caches import compile_cache
 from hpcdl.store.files import (CHECKPOINTS, FUNCTION_RESULT, LOGS, MANIFEST, METRICS,
-                               RANK_RESULTS, RANKS_DONE, STATUS, checkpoint_files)
+                               RANK_RESULTS, RANKS_DONE, STATUS, checkpoint_files, rank_log, rank_result)
 from hpcdl.store.folders import read_json
 from hpcdl.store.safety import check_store
+from hpcdl.store.states import COMPLETED, FAILED, REQUEUED, RUNNING, STOPPED, TIMEOUT, UNKNOWN
 from hpcdl.store.sweeps import handed_over
 from hpcdl.train.stopping import STOP_SIGNAL, StopRequested, listen_for_stop
 from hpcdl.store.status import write_final, write_status
@@ -61,7 +62,7 @@ def _run_payload(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> None:
 
     if plan.gather_results:
         make_folder(folder / RANK_RESULTS)
-        atomic_save(folder / RANK_RESULTS / f"{global_rank()}.pkl", lambda out: cloudpickle.dump(result, out))
+        atomic_save(folder / rank_result(global_rank()), lambda out: cloudpickle.dump(result, out))
     if global_rank() != 0:
         return
 
@@ -80,7 +81,7 @@ def _enforce_local_time_limit(folder: Path, plan: JobPlan) -> None:
 
     def expire() -> None:
         with contextlib.suppress(OSError, FolderGoneError):
-            write_final(folder, "TIMEOUT", reason=f"time limit {plan.cluster.time} reached")
+            write_final(folder, TIMEOUT, reason=f"time limit {plan.cluster.time} reached")
         end_own_job(124)  # like timeout(1)
 
     def warn() -> None:  # as Slurm's --signal: the ranks (the launcher forwards it) checkpoint and stop
@@ -108,13 +109,13 @@ def _after_stop(folder: Path, plan: JobPlan, stop: StopRequested, job_id: str) -
         # refused where Slurm has requeued the job itself (a preemption with PreemptMode=REQUEUE and no grace)
         by = "" if requeue.returncode == 0 else " by Slurm" if requeued_since_start() else None
         if by is not None:
-            write_status(folder, "REQUEUED", events=[*status.get("events", []), {**event, "event": "requeued"}])
+            write_status(folder, REQUEUED, events=[*status.get("events", []), {**event, "event": "requeued"}])
             print(f"[hpcdl] {stop}; requeued{by} (restart {restarts + 1} of at most {plan.cluster.max_requeues})",
                   flush=True)
             return
         print(f"[hpcdl] scontrol requeue failed: {requeue.stderr.strip()}", file=sys.stderr, flush=True)
-    state = "TIMEOUT" if plan.cluster.backend == "local" else "STOPPED"
-    write_status(folder, status.get("state", "RUNNING"), events=[*status.get("events", []),
+    state = TIMEOUT if plan.cluster.backend == "local" else STOPPED
+    write_status(folder, status.get("state", RUNNING), events=[*status.get("events", []),
                                                                  {**event, "event": "stopped"}])
     record_final(folder, state, iteration=stop.iteration,
                 reason=f"{stop}; go on with python -m hpcdl.jobs resume {job_id}")
@@ -129,7 +130,7 @@ def _events_with_restart(folder: Path, restarts: int, earlier_failure: dict[str,
         return events  # hpcdl requeued it itself
     checkpoints = checkpoint_files(folder / CHECKPOINTS)
     event = {"event": "restarted", "at": time.time(), "iteration": checkpoints[-1][0] if checkpoints else 0,
-             "restarts": restarts - 1, "slurm_job": this_job(), "slurm": how_run_ended(restarts - 1) or "UNKNOWN"}
+             "restarts": restarts - 1, "slurm_job": this_job(), "slurm": how_run_ended(restarts - 1) or UNKNOWN}
     if earlier_failure is not None:
         event["failure"] = earlier_failure.get("reason", "")
     return [*events, event]
@@ -148,14 +149,12 @@ def _launch_ranks(path: Path, plan: JobPlan) -> None:
     else:
         code, failure = launch_local(rank_command, world, logs=make_folder(path / LOGS))
     if code != 0:  # a rank that failed with a traceback has recorded FAILED first, and that holds
-        write_final(path, "FAILED", reason=failure)
+        write_final(path, FAILED, reason=failure)
         sys.exit(1)
 
 
 def _log_to_own_files(logs: Path) -> None:
     """A rank started by a local mpirun: its stdout and stderr go to its own files, as the launcher's do."""
-    from hpcdl.distributed.launch import rank_log
-
     for fd, stream in ((1, "stdout"), (2, "stderr")):
         target = os.open(rank_log(logs, global_rank(), stream), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(target, fd)
@@ -201,7 +200,7 @@ def run_job(folder: str) -> None:
         remove_stale_temporaries(path)
         restarts = this_run()
         earlier_failure = withdraw_earlier_failure(path)  # a rank that outlived the last run; this one goes on
-        write_status(path, "RUNNING", started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
+        write_status(path, RUNNING, started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
                      slurm_job_id=this_job(), restarts=restarts,
                      events=_events_with_restart(path, restarts, earlier_failure))
     if plan.kind == "script":
@@ -226,7 +225,7 @@ def run_job(folder: str) -> None:
         raise
     heartbeat.finish()
     if _all_ranks_done(path, plan):
-        record_final(path, "COMPLETED")
+        record_final(path, COMPLETED)
 
 
 def _own_traceback(plan: JobPlan, error: BaseException) -> str:

@@ -157,7 +157,8 @@ def _add_jobs(store: Path, first: int, count: int) -> None:
 def test_thirty_concurrent_submissions_each_reach_the_index_while_listings_run(store: Path) -> None:
     from concurrent.futures import ProcessPoolExecutor
 
-    from hpcdl.store.index import ID, ROWS, index_folder
+    from hpcdl.store.files import INDEX_ROWS as ROWS
+    from hpcdl.store.index import ID, index_folder
     from hpcdl.store.listing import scan as scan_index
 
     store.mkdir(mode=0o700)

@@ -149,6 +149,7 @@ OTHER_FILES = {
     "hpcdl/data/listing.py": "image files a datastore reads, not job files",
     "hpcdl/data/digits.py": "image files of the example data set",
     "hpcdl/train/speed.py": "the compile-time record beside the inductor cache, outside any job folder",
+    "hpcdl/cluster/slurm.py": "submitit's own names in the job's slurm/ folder (%A_%a_%t_log.out), array scripts",
 }
 
 

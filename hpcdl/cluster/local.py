@@ -17,12 +17,12 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from hpcdl.distributed.launch import rank_log
 from hpcdl.errors import HpcdlError, SubmissionError
 from hpcdl.host import end_job_tree, host_key, is_running, process_id
 from hpcdl.plan import JobPlan
-from hpcdl.store.files import LOGS
+from hpcdl.store.files import LOGS, RUNNER_LOG, rank_log, stream_log
 from hpcdl.store.folders import JobRecord
+from hpcdl.store.states import RUNNING
 from hpcdl.store.sweeps import runs_under_runner
 
 KILL_AFTER_S = 10.0
@@ -71,14 +71,14 @@ class LocalBackend:
         logs = folder / LOGS
         logs.mkdir(mode=0o700, exist_ok=True)
         # cwd: functions pickled by reference import from the submitting folder, as sbatch jobs do
-        with open(logs / "stdout.log", "ab") as out, open(logs / "stderr.log", "ab") as err:
+        with open(logs / stream_log("stdout"), "ab") as out, open(logs / stream_log("stderr"), "ab") as err:
             process = subprocess.Popen(self._command(plan, folder), cwd=os.getcwd(),
                                        env=self._environment(plan), stdin=subprocess.DEVNULL,
                                        stdout=out, stderr=err, start_new_session=True)
         started = process_id(process.pid)
         if started is None:  # not even its start time could be read: it failed at once
             raise SubmissionError(f"the job's process exited at once with code {process.wait()}; "
-                                  f"see {logs / 'stderr.log'}")
+                                  f"see {logs / stream_log('stderr')}")
         return started
 
     def submit_sweep(self, sweep: Path, points: list[tuple[JobPlan, Path]], parallelism: Optional[int],
@@ -92,13 +92,13 @@ class LocalBackend:
             command += ["--limit", str(parallelism)]
         logs = sweep / LOGS
         logs.mkdir(mode=0o700, exist_ok=True)
-        with open(logs / "runner.log", "ab") as out:
+        with open(logs / RUNNER_LOG, "ab") as out:
             process = subprocess.Popen(command, cwd=os.getcwd(), env=self._environment(first),
                                        stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
         started = process_id(process.pid)
         if started is None:
             raise SubmissionError(f"the sweep's runner exited at once with code {process.wait()}; "
-                                  f"see {logs / 'runner.log'}")
+                                  f"see {logs / RUNNER_LOG}")
         return [started] * len(points), started
 
     def live_states(self, records: list[JobRecord]) -> Optional[dict[str, Optional[str]]]:
@@ -109,7 +109,7 @@ class LocalBackend:
             process = _process(record)
             running = asked[process] if process in asked else asked.setdefault(process, is_running(process))
             if running is not False:
-                live[record.id] = "RUNNING" if running else None
+                live[record.id] = RUNNING if running else None
         return live
 
     def cancel(self, record: JobRecord) -> None:
@@ -132,7 +132,7 @@ class LocalBackend:
         plan = record.plan
         if plan.get("world_size", 1) > 1:
             return rank_log(record.folder / LOGS, rank, stream)
-        return record.folder / LOGS / f"{stream}.log"
+        return record.folder / LOGS / stream_log(stream)
 
     def display_id(self, record: JobRecord) -> str:
         """'PID@HOSTNAME' of the job's process: its start time and the host's boot and namespace left out."""

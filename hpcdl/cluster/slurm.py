@@ -22,13 +22,12 @@ from hpcdl.config.cluster import time_limit_minutes
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.plan import JobPlan
 from hpcdl.store.atomic import atomic_write_text
-from hpcdl.store.files import LOGS
+from hpcdl.store.files import LOGS, stream_log
 from hpcdl.store.folders import JobRecord
+from hpcdl.store.states import PENDING
 from hpcdl.store.sweeps import runs_under_runner
 from hpcdl.train.stopping import STOP_SIGNAL
 
-ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
-          "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD")
 QUERY_TIMEOUT_S = 30
 QUERY_TIMEOUT_DRY_RUN_S = 5
 CANCEL_WAIT_S = 60.0
@@ -373,7 +372,7 @@ class SlurmBackend:
         live: dict[str, str] = {}
         for line in queue.splitlines():
             slurm_id, state, reason = line.strip().split("|", 2)
-            if state == "PENDING" and reason not in ("", "None"):
+            if state == PENDING and reason not in ("", "None"):
                 state = f"{state} {reason}"
             live.update({job: state for job in ids.get(slurm_id, [])})
         gone = [slurm_id for slurm_id, jobs in ids.items() if jobs[0] not in live]
@@ -401,7 +400,7 @@ class SlurmBackend:
     def log_path(self, record: JobRecord, rank: int, stream: str) -> Path:
         """submitit's per-task log file of ``rank``."""
         if runs_under_runner(record):
-            return record.folder / LOGS / f"{stream}.log"
+            return record.folder / LOGS / stream_log(stream)
         suffix = "out" if stream == "stdout" else "err"
         return record.folder / "slurm" / f"{record.backend_id}_{rank}_log.{suffix}"
 

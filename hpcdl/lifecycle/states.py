@@ -17,20 +17,12 @@ from collections import defaultdict
 from hpcdl.cluster import backend_for
 from hpcdl.errors import FolderGoneError, HpcdlError
 from hpcdl.host import is_running
-from hpcdl.store.folders import DAMAGED, FINAL_STATES, JobRecord, load_record
+from hpcdl.store.folders import JobRecord, load_record
+from hpcdl.store.states import (DAMAGED, FAILED, INTERRUPTED, PENDING, QUEUED_AGAIN, REQUEUED, RUNNING,
+                                SCHEDULER_FINAL, SUBMITTING, UNKNOWN)
 from hpcdl.store.status import write_final
-from hpcdl.store.sweeps import (INTERRUPTED, is_sweep, load_points, runs_under_runner, settle, submission_state,
+from hpcdl.store.sweeps import (is_sweep, load_points, runs_under_runner, settle, submission_state,
                                 sweep_id_of)
-
-SUBMITTING = "SUBMITTING"
-SCHEDULER_FINAL = {"TIMEOUT": "TIMEOUT", "OUT_OF_MEMORY": "OUT_OF_MEMORY", "NODE_FAIL": "NODE_FAIL",
-                   "CANCELLED": "CANCELLED", "DEADLINE": "TIMEOUT", "PREEMPTED": "CANCELLED",
-                   "BOOT_FAIL": "NODE_FAIL", "FAILED": "FAILED", "COMPLETED": "FAILED"}
-QUEUED_AGAIN = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
-"""Slurm's states of a job it has queued again after a run (a job that ran says so in its status.json)."""
-STATES = (SUBMITTING, "PENDING", "RUNNING", *FINAL_STATES, DAMAGED, "UNKNOWN",
-          "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD")
-"""The states a job is listed in: hpcdl's own, then the scheduler's rarer open ones."""
 
 
 def resolve_states(records: list[JobRecord]) -> None:
@@ -83,7 +75,7 @@ def _resolve_jobs(records: list[JobRecord]) -> None:
 
 
 def _last_recorded(record: JobRecord, why: str) -> None:
-    record.state = record.status.get("state") or "UNKNOWN"
+    record.state = record.status.get("state") or UNKNOWN
     record.reason = f"as last recorded: {why}"
 
 
@@ -102,7 +94,7 @@ def _still_submitting(record: JobRecord) -> bool:
     elif sweep_id_of(record) is not None:  # never runs; its sweep names it and removes it (nothing recorded)
         record.state, record.reason = INTERRUPTED, f"the submission of sweep {sweep_id_of(record)} was interrupted"
     else:
-        _settle(record, "FAILED", "its submission was interrupted before the scheduler took the job")
+        _settle(record, FAILED, "its submission was interrupted before the scheduler took the job")
     return True
 
 
@@ -110,17 +102,17 @@ def _resolve(record: JobRecord, scheduler_state: str | None) -> None:
     own = record.status.get("state")
     if scheduler_state is not None and scheduler_state.split()[0] not in SCHEDULER_FINAL:
         state, _, detail = scheduler_state.partition(" ")  # 'PENDING Resources': why it waits
-        if state == "RUNNING" and own is None and runs_under_runner(record):
-            state, detail = "PENDING", "a runner slot"  # its runner runs, the point waits for a slot
+        if state == RUNNING and own is None and runs_under_runner(record):
+            state, detail = PENDING, "a runner slot"  # its runner runs, the point waits for a slot
         record.state, record.waiting_for = state, detail
-        if own in ("RUNNING", "REQUEUED") and state in QUEUED_AGAIN:
+        if own in (RUNNING, REQUEUED) and state in QUEUED_AGAIN:
             record.reason = "queued again: it goes on from its newest checkpoint"
         return
     if scheduler_state is not None:
         _settle(record, SCHEDULER_FINAL[scheduler_state.split()[0]],
                 f"ended without a result (Slurm: {scheduler_state})")
     else:
-        _settle(record, "FAILED", "its process ended without a result")
+        _settle(record, FAILED, "its process ended without a result")
 
 
 def _settle(record: JobRecord, state: str, reason: str) -> None:

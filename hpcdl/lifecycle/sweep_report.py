@@ -14,6 +14,7 @@ from hpcdl.store.files import FUNCTION_RESULT
 from hpcdl.store.folders import DAMAGED, JobRecord
 from hpcdl.store.metrics import progress, read_records
 from hpcdl.store.safety import load_pickle
+from hpcdl.store.states import COMPLETED
 
 SUMMARY_COLUMNS = ("num", "id", "overrides", "state", "elapsed_s", "epoch", "iteration", "loss", "accuracy",
                    "validation_accuracy", "best_validation_accuracy", "value", "reason")
@@ -63,7 +64,7 @@ def _num(point: JobRecord) -> int:
 
 def _scalar_return(point: JobRecord) -> Any:
     """A Hydra task's return value when it is a number or a short string (what a sweeper optimises)."""
-    if point.state != "COMPLETED" or point.manifest.get("kind") != "function":
+    if point.state != COMPLETED or point.manifest.get("kind") != "function":
         return None
     try:
         returned = load_pickle(point.folder, FUNCTION_RESULT)
@@ -104,7 +105,7 @@ def plot_curves(points: list[JobRecord], path: Path) -> bool:
     figure = curves_figure(points)
     if figure is None:
         return False
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
     with open(descriptor, "wb") as f:  # a fresh file of its own, renamed over the target (never through a link)
         figure.savefig(f, dpi=100, format="png", bbox_inches="tight")  # "tight": the legend beside the panels too
     os.replace(temporary, path)

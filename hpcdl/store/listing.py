@@ -24,6 +24,7 @@ from hpcdl.store.files import FINAL, MANIFEST, STATUS
 from hpcdl.store.folders import DAMAGED, JobRecord, known_roots, load_record
 from hpcdl.store.index import ID, STATE, SUBMITTED, UID, Row, indexed_rows, is_open, record_of
 from hpcdl.store.safety import check_store, unsafe_reason
+from hpcdl.store.states import PRIVATE, UNKNOWN
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -126,7 +127,7 @@ def foreign_record(root: Path, row: Row) -> JobRecord:
     try:
         folder = os.open(root / row[ID], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        return JobRecord(root / row[ID], {"id": row[ID], "name": "?", "profile": "?"}, {}, "PRIVATE",
+        return JobRecord(root / row[ID], {"id": row[ID], "name": "?", "profile": "?"}, {}, PRIVATE,
                          f"{owner}'s job, not shared with you", {})
     try:
         if os.fstat(folder).st_uid != row[UID]:
@@ -137,7 +138,7 @@ def foreign_record(root: Path, row: Row) -> JobRecord:
     finally:
         os.close(folder)
     state = status.get("state")
-    state = state if isinstance(state, str) and state.isupper() and len(state) < 20 else "UNKNOWN"
+    state = state if isinstance(state, str) and state.isupper() and len(state) < 20 else UNKNOWN
     shown = {key: manifest[key] for key in ("backend_id",) if isinstance(manifest.get(key), str)}
     times = {key: status[key] for key in ("started_at", "ended_at") if isinstance(status.get(key), (int, float))}
     return JobRecord(root / row[ID], {"id": row[ID], "name": text(manifest.get("name")),

@@ -20,6 +20,7 @@ from hpcdl.store.atomic import atomic_open, atomic_write_text
 from hpcdl.store.files import METRICS, METRICS_SUMMARY, REPORT_FIELDS
 from hpcdl.store.folders import JobRecord
 from hpcdl.store.safety import open_job_file, read_job_file
+from hpcdl.store.states import COMPLETED
 
 SUMMARY_INTERVAL_S = 5.0
 """How often a run rewrites its summary while it appends records (and once more when it closes)."""
@@ -172,7 +173,7 @@ def progress(record: JobRecord) -> dict[str, Any]:
     epochs of training.max_epochs, or what the user's code reported (step of total, its own metrics); from the
     run's metrics summary (a listing's record carries it from the store's index)."""
     view = dict(record.progress) if record.progress is not None else _view(record, read_summary(record.folder))
-    if record.state == "COMPLETED":
+    if record.state == COMPLETED:
         view["fraction"] = 1.0
     return view
 

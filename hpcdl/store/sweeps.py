@@ -18,18 +18,17 @@ from collections import Counter
 from typing import Any, Optional
 
 from hpcdl.host import is_running
+from hpcdl.store.files import MANIFEST
 from hpcdl.store.folders import DAMAGED, FINAL_STATES, JobRecord, load_record, remove_job_folder
 from hpcdl.store.safety import UnsafeFolderError, check_job_key
+from hpcdl.store.states import (CANCELLED, COMPLETED, FAILED, INTERRUPTED, LOST, NODE_FAIL, OUT_OF_MEMORY, PENDING,
+                                RUNNING, STOPPED, SUBMITTING, TIMEOUT)
 
 SWEEP = "sweep"
 """The manifest kind of a sweep's own folder."""
-CANCELLED_MARK = "cancelled"
-"""A file in a sweep's folder once it was cancelled: later batches of its sweeper are refused."""
-SUBMITTING = "submitting"
+SUBMITTING_MARK = "submitting"
 """A sweep manifest's mark while a submission adds points: how many of the last ``points`` it adds."""
-INTERRUPTED = "INTERRUPTED"
-"""The state of a sweep (and its points) whose submitter ended before the scheduler had them all."""
-_WORST_FIRST = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "LOST", "TIMEOUT", "STOPPED", "CANCELLED", DAMAGED)
+_WORST_FIRST = (FAILED, NODE_FAIL, OUT_OF_MEMORY, LOST, TIMEOUT, STOPPED, CANCELLED, DAMAGED)
 
 
 def is_sweep(record: JobRecord) -> bool:
@@ -57,9 +56,9 @@ def _submitter_runs(manifest: dict[str, Any]) -> bool:
 def submission_state(sweep: JobRecord) -> Optional[str]:
     """SUBMITTING while a submission of the sweep's points is under way, INTERRUPTED once its submitter
     ended without finishing it; None when the scheduler has every point listed."""
-    if SUBMITTING not in sweep.manifest:
+    if SUBMITTING_MARK not in sweep.manifest:
         return None
-    return "SUBMITTING" if _submitter_runs(sweep.manifest) else INTERRUPTED
+    return SUBMITTING if _submitter_runs(sweep.manifest) else INTERRUPTED
 
 
 def handed_over(manifest: dict[str, Any]) -> Optional[bool]:
@@ -82,7 +81,7 @@ def point_ids(sweep: JobRecord) -> list[str]:
     """The ids of a sweep's points, each checked to name a job of the same store (never a path)."""
     ids = sweep.manifest.get("points", [])
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        raise ValueError("manifest.json: 'points' is not a list of job ids")
+        raise ValueError(f"{MANIFEST}: 'points' is not a list of job ids")
     for point in ids:
         check_job_key(point)
     return ids
@@ -103,7 +102,7 @@ def load_points(sweep: JobRecord, known: dict[str, JobRecord]) -> tuple[list[Job
                 record, why = None, "its folder is no point of this sweep"
             if record is None:  # listed, but not readable as this sweep's point: counted, never trusted
                 record = JobRecord(sweep.folder.parent / point, {"id": point, "sweep": {"id": sweep.id, "num": num}},
-                                   {}, "LOST", why)
+                                   {}, LOST, why)
             else:
                 loaded.append(record)
         points.append(record)
@@ -118,11 +117,11 @@ def settle(sweep: JobRecord, points: list[JobRecord]) -> None:
     sweep.reason = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda x: -x[1]))
     still_open = [s for s in counts if s not in FINAL_STATES and s != DAMAGED]
     if not points:
-        sweep.state = "SUBMITTING"
+        sweep.state = SUBMITTING
     elif still_open:
-        sweep.state = next((s for s in ("RUNNING", "SUBMITTING", "PENDING") if s in counts), still_open[0])
-    elif set(counts) == {"COMPLETED"}:
-        sweep.state = "COMPLETED"
+        sweep.state = next((s for s in (RUNNING, SUBMITTING, PENDING) if s in counts), still_open[0])
+    elif set(counts) == {COMPLETED}:
+        sweep.state = COMPLETED
     else:
         sweep.state = next(s for s in _WORST_FIRST if s in counts)
 

@@ -19,9 +19,10 @@ from typing import Any, Callable, Optional, Sequence
 
 from hpcdl.errors import ConfigError, JobFailedError
 from hpcdl.plan import JobPlan, resolve, resolve_function
-from hpcdl.store.files import FUNCTION_RESULT, RESULT
+from hpcdl.store.files import FUNCTION_RESULT, HYDRA_TASK, RESULT
 from hpcdl.store.folders import JobRecord, load_record, read_json, remove_job_folder
 from hpcdl.store.safety import load_pickle
+from hpcdl.store.states import COMPLETED
 from hpcdl.sweep.hydra_task import run_point
 from hpcdl.sweep.points import PlainPoint, hydra_files, install, task_config
 from hpcdl.sweep.submit import Sweep, SweepOptions, SweepPoint, add_points, open_sweep
@@ -185,7 +186,7 @@ def _share_task(launcher: Any, sweep: Sweep, first_num: int) -> str:
 
     from hpcdl.store.atomic import atomic_save
 
-    name = f"hydra-task-{first_num}.pkl"
+    name = HYDRA_TASK.format(num=first_num)
     bases = install(launcher.hydra_context.config_loader).bases
     shared = (_without_memory(launcher.hydra_context), launcher.task_function, Singleton.get_state(), bases)
     atomic_save(sweep.folder / name, lambda f: cloudpickle.dump(shared, f))
@@ -293,7 +294,7 @@ def _job_return(job_return: type, point: "_Checked", sweep_config: Any, record: 
             pass
     result = job_return(overrides=list(point.overrides), cfg=task_config(sweep_config), hydra_cfg=sweep_config,
                         working_dir=point.output_dir, task_name=str(sweep_config.hydra.job.name))
-    if record.state == "COMPLETED":
+    if record.state == COMPLETED:
         result.status = JobStatus.COMPLETED
         result._return_value = read_json(record.folder / RESULT) if record.manifest["kind"] == "train" else None
     else:

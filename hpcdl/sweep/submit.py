@@ -24,7 +24,8 @@ from hpcdl.store.atomic import atomic_write_text, sync_filesystem, write_unsynce
 from hpcdl.store.files import FUNCTION, MANIFEST
 from hpcdl.store.folders import (JobRecord, new_job_folder, new_named_folder, remember_root, remove_job_folder,
                                  store_root, write_json)
-from hpcdl.store.sweeps import CANCELLED_MARK, SUBMITTING, SWEEP
+from hpcdl.store.files import CANCELLED_MARK
+from hpcdl.store.sweeps import SUBMITTING_MARK, SWEEP
 from hpcdl.lifecycle.submission import job_manifest, runs_user_code
 
 HYDRA_FOLDER = ".hydra"
@@ -83,7 +84,7 @@ def open_sweep(plan: JobPlan, name: str, overrides: Sequence[str], multirun_yaml
         raise SubmissionError(f"cannot write the job store {root}: {e.strerror or e}; nothing was submitted") from e
     manifest = {**job_manifest(sweep_id, plan, overrides, None), "kind": SWEEP, "name": name,
                 "plan": {"cluster": dataclasses.asdict(plan.cluster)}, "points": [], "backend_id": None,
-                SUBMITTING: 0}
+                SUBMITTING_MARK: 0}
     try:
         write_json(folder / MANIFEST, manifest)  # first: killed from here on, the sweep is listed INTERRUPTED
         if multirun_yaml is not None:
@@ -141,7 +142,7 @@ def _note_rounds(profile: Any, points_per_task: int) -> None:
 def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions) -> None:
     """Write the points into the store and hand them to the scheduler, as one submission.
 
-    The sweep's manifest names every point first, marked as a submission under way (``SUBMITTING``), then the
+    The sweep's manifest names every point first, marked as a submission under way (``SUBMITTING_MARK``), then the
     points are written in bulk (one sync for all), handed over, and the mark removed. If anything fails here,
     what was written is removed (the points first) and the sweep's manifest is as it was; a submitter killed
     on the way leaves a sweep its id names, INTERRUPTED, whose points never run (hpcdl.store.sweeps).
@@ -158,7 +159,7 @@ def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions
             code = take_snapshot(Path.cwd(), sweep.folder, points[0].plan.cluster.snapshot_limit_mb)
             sweep.manifest["snapshot"] = code
         ids = [f"{sweep.id}_{point.num}" for point in points]
-        sweep.manifest.update(points=[*before["points"], *ids], **{SUBMITTING: len(ids)})
+        sweep.manifest.update(points=[*before["points"], *ids], **{SUBMITTING_MARK: len(ids)})
         write_json(sweep.folder / MANIFEST, sweep.manifest)
         manifests = []
         common: dict[int, dict[str, Any]] = {}  # one manifest body per distinct plan, not a plan.to_dict() a point
@@ -186,7 +187,7 @@ def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions
             manifest["backend_id"] = backend_id  # a point runs once its manifest has it (hpcdl.store.sweeps)
             write_unsynced(folder / MANIFEST, _json(manifest))
         sync_filesystem(root)
-        del sweep.manifest[SUBMITTING]
+        del sweep.manifest[SUBMITTING_MARK]
         write_json(sweep.folder / MANIFEST, sweep.manifest)
     except BaseException as e:
         if handed_to is not None:  # the scheduler has them, their record failed: they must not run unseen
