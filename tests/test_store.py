@@ -176,7 +176,8 @@ def test_thirty_concurrent_submissions_each_reach_the_index_while_listings_run(s
 
 
 def test_the_index_is_never_trusted_over_the_folders(store: Path, tmp_path: Path) -> None:
-    from hpcdl.store.index import ROWS, index_folder
+    from hpcdl.store.files import INDEX_ROWS as ROWS
+    from hpcdl.store.index import index_folder
 
     store.mkdir(mode=0o700)
     kept = _ended_job(store, 1, "FAILED")
