@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
     except HpcdlError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    where = f"Slurm job {job.backend_id}" if profile.backend == "slurm" else f"process {job.backend_id.split(':')[0]}"
+    where = backend_for(profile.backend).describe(job.backend_id)
     print(f"Submitted job {job.id} ({where}) with profile {profile.name}\n"
           f"  folder:   {job.folder}\n"
           f"  progress: python -m hpcdl.jobs watch {job.id}\n"

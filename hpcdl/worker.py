@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from hpcdl.cluster import WORKER, Backend, backend_for
 from hpcdl.distributed.restarts import (how_run_ended, is_earlier_runs_failure, record_failure, record_final,
                                    recorded_final, requeued_since_start, this_job, this_run,
                                    withdraw_earlier_failure)
@@ -39,7 +40,7 @@ from hpcdl.store.files import (CHECKPOINTS, FUNCTION_RESULT, LOGS, MANIFEST, MET
                                RANK_RESULTS, RANKS_DONE, STATUS, checkpoint_files, rank_log, rank_result)
 from hpcdl.store.folders import read_json
 from hpcdl.store.safety import check_store
-from hpcdl.store.states import COMPLETED, FAILED, REQUEUED, RUNNING, STOPPED, TIMEOUT, UNKNOWN
+from hpcdl.store.states import COMPLETED, FAILED, REQUEUED, RUNNING, TIMEOUT, UNKNOWN
 from hpcdl.store.sweeps import handed_over
 from hpcdl.train.stopping import STOP_SIGNAL, StopRequested, listen_for_stop
 from hpcdl.store.status import write_final, write_status
@@ -95,9 +96,10 @@ def _enforce_local_time_limit(folder: Path, plan: JobPlan) -> None:
         timer.start()
 
 
-def _after_stop(folder: Path, plan: JobPlan, stop: StopRequested, job_id: str) -> None:
+def _after_stop(folder: Path, plan: JobPlan, backend: Backend, stop: StopRequested, job_id: str) -> None:
     """The ranks stopped on the signal with a checkpoint: on Slurm the lead requeues the job while requeues
-    are left (it goes on from the checkpoint); otherwise the job ends TIMEOUT (local) or STOPPED."""
+    are left (it goes on from the checkpoint); otherwise the job ends in its backend's stop state (TIMEOUT for
+    a local job, STOPPED)."""
     if global_rank() != plan.lead_rank:
         return
     restarts = this_run()
@@ -105,16 +107,16 @@ def _after_stop(folder: Path, plan: JobPlan, stop: StopRequested, job_id: str) -
     event = {"at": time.time(), "iteration": stop.iteration, "restarts": restarts, "slurm_job": slurm_job}
     status = read_json(folder / STATUS) or {}
     if slurm_job and restarts < plan.cluster.max_requeues:
-        requeue = subprocess.run(["scontrol", "requeue", slurm_job], capture_output=True, text=True)
+        refused = backend.requeue(slurm_job)
         # refused where Slurm has requeued the job itself (a preemption with PreemptMode=REQUEUE and no grace)
-        by = "" if requeue.returncode == 0 else " by Slurm" if requeued_since_start() else None
+        by = "" if refused is None else " by Slurm" if requeued_since_start() else None
         if by is not None:
             write_status(folder, REQUEUED, events=[*status.get("events", []), {**event, "event": "requeued"}])
             print(f"[hpcdl] {stop}; requeued{by} (restart {restarts + 1} of at most {plan.cluster.max_requeues})",
                   flush=True)
             return
-        print(f"[hpcdl] scontrol requeue failed: {requeue.stderr.strip()}", file=sys.stderr, flush=True)
-    state = TIMEOUT if plan.cluster.backend == "local" else STOPPED
+        print(f"[hpcdl] {refused}", file=sys.stderr, flush=True)
+    state = backend.stop_state
     write_status(folder, status.get("state", RUNNING), events=[*status.get("events", []),
                                                                  {**event, "event": "stopped"}])
     record_final(folder, state, iteration=stop.iteration,
@@ -141,7 +143,7 @@ def _launch_ranks(path: Path, plan: JobPlan) -> None:
     from hpcdl.distributed.launch import launch_local
 
     world = plan.world_size
-    rank_command = [sys.executable, "-u", "-m", "hpcdl.worker", str(path)]
+    rank_command = [sys.executable, "-u", "-m", WORKER, str(path)]
     if plan.mpi:  # each rank sends its output to its own files (_log_to_own_files)
         env = {**os.environ, RANK_LOGS: str(make_folder(path / LOGS))}
         code = subprocess.call([*plan.cluster.mpirun, "-n", str(world), *rank_command], env=env)
@@ -185,7 +187,8 @@ def run_job(folder: str) -> None:
     cache = compile_cache(path.parent)
     if cache is not None:  # torch.compile's kernels, reused by this user's other tasks and the job's resumes
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache))
-    first_process = plan.cluster.backend == "local" and not launched_as_rank
+    backend = backend_for(plan.cluster.backend)
+    first_process = backend.starts_ranks and not launched_as_rank
     if first_process:  # tells this run's heartbeats and stop flags from an earlier run's (Slurm: job id, restart)
         os.environ[heartbeat.RUN_TOKEN] = uuid.uuid4().hex
         become_subreaper()  # a detached child ends with the job (cancel, time limit), as under Slurm's cgroups
@@ -216,7 +219,7 @@ def run_job(folder: str) -> None:
         _run_payload(path, plan, manifest)
     except StopRequested as stop:
         heartbeat.finish()
-        _after_stop(path, plan, stop, manifest["id"])
+        _after_stop(path, plan, backend, stop, manifest["id"])
         return
     except BaseException as e:
         with contextlib.suppress(FolderGoneError):  # a deleted job folder is not written again

@@ -26,8 +26,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("plan",),  # resolve(config) -> JobPlan
     ("snapshot", "resumable", "reporting"),  # what a rank's (user) code calls, and the code snapshot it runs
     ("usercode",),  # a rank running the user's function, entry point or script
-    ("worker",),  # the job side: a job folder run on the node
-    ("cluster",),  # the backends: the only code that knows a scheduler's commands
+    ("cluster",),  # the backends: the only code that knows a scheduler's commands; they start the worker by name
+    ("worker",),  # the job side: a job folder run on the node, asking its backend (requeue, how a stop ends)
     ("lifecycle",),  # a job's life from the login node: submit, states, following, the Job handle, sweep reports
     ("sweep",),  # sweeps as Hydra runs them
     ("submit", "jobs", "run", "devices"),  # the command lines: parse, call, print
@@ -188,3 +188,30 @@ def test_every_state_name_is_defined_in_states_py() -> None:
     names = {name for name in _defined(STATES, alone=False) if re.fullmatch(r"[A-Z][A-Z_]{3,}", name)}
     assert names >= {"SUBMITTING", "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "DAMAGED"}
     assert _elsewhere(STATES, lambda path, value: value in names) == []
+
+
+BACKEND_NAMES = {"local", "slurm"}
+SCHEDULER_COMMANDS = {"sbatch", "srun", "scancel", "squeue", "sacct", "sacctmgr", "scontrol", "sinfo"}
+ASKS_OUTSIDE_CLUSTER = {
+    "hpcdl/config/cluster.py": "a local profile's own checks (no Slurm settings, one node), with the config",
+    "hpcdl/plan.py": "a local profile's GPUs are this machine's: checked when the plan is made, below the backends",
+    "hpcdl/distributed/env.py": "rank side: a Slurm rank finds its first node's address (scontrol show node)",
+    "hpcdl/distributed/restarts.py": "rank side: whether Slurm has queued this run's job again, how its run ended",
+}
+"""The places outside cluster/ that still know a backend, each with why."""
+
+
+def test_no_code_outside_cluster_asks_which_backend_it_has() -> None:
+    asked = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        place = str(path.relative_to(PACKAGE.parent))
+        if place.startswith("hpcdl/cluster/") or place in ASKS_OUTSIDE_CLUSTER:
+            continue
+        tree = ast.parse(path.read_text(), place)
+        for node in ast.walk(tree):
+            equal = isinstance(node, ast.Compare) and all(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops)
+            compared = [node.left, *node.comparators] if equal else []
+            if any(isinstance(side, ast.Constant) and side.value in BACKEND_NAMES for side in compared):
+                asked.append(f"{place}:{node.lineno}: compares a backend's name")
+        asked += [f"{place}:{line}: runs {value!r}" for value, line in _literals(path) if value in SCHEDULER_COMMANDS]
+    assert asked == []

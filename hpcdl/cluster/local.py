@@ -19,10 +19,11 @@ from typing import Optional
 
 from hpcdl.errors import HpcdlError, SubmissionError
 from hpcdl.host import end_job_tree, host_key, is_running, process_id
+from hpcdl.cluster import WORKER
 from hpcdl.plan import JobPlan
 from hpcdl.store.files import LOGS, RUNNER_LOG, rank_log, stream_log
 from hpcdl.store.folders import JobRecord
-from hpcdl.store.states import RUNNING
+from hpcdl.store.states import RUNNING, TIMEOUT
 from hpcdl.store.sweeps import runs_under_runner
 
 KILL_AFTER_S = 10.0
@@ -42,6 +43,9 @@ class LocalBackend:
     """Detached background processes, one per job."""
 
     name = "local"
+    starts_ranks = True
+    stop_state = TIMEOUT  # a local job's stop signal is the warning before its own time limit
+    sweep_runner = True
 
     def check(self, plan: JobPlan, dry_run: bool = False) -> Optional[str]:
         """Nothing to ask a scheduler: the plan's own checks are enough."""
@@ -49,7 +53,7 @@ class LocalBackend:
 
     def _command(self, plan: JobPlan, folder: Path) -> list[str]:
         python = plan.cluster.python
-        return [os.path.expanduser(python or sys.executable), "-u", "-m", "hpcdl.worker", str(folder)]
+        return [os.path.expanduser(python or sys.executable), "-u", "-m", WORKER, str(folder)]
 
     def _environment(self, plan: JobPlan) -> dict[str, str]:
         # the GPUs this shell may use are the local job's too (on Slurm, the allocation decides)
@@ -138,3 +142,15 @@ class LocalBackend:
         """'PID@HOSTNAME' of the job's process: its start time and the host's boot and namespace left out."""
         number, _, where = (record.backend_id or "").partition("@")
         return f"{number.split(':')[0]}@{where.split('/')[0]}" if where else number.split(":")[0]
+
+    def describe(self, backend_id: str) -> str:
+        """'process PID'."""
+        return f"process {backend_id.split(':')[0]}"
+
+    def describe_sweep(self, backend_id: str) -> str:
+        """The runner on this machine."""
+        return f"a background runner on {os.uname().nodename}"
+
+    def requeue(self, job: str) -> Optional[str]:
+        """Never: a local job has no scheduler to queue it again (its worker is given no job id)."""
+        return "a local job is not queued again"

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+from hpcdl.cluster import backend_for
 from hpcdl.errors import ConfigError, JobFailedError
 from hpcdl.plan import JobPlan, resolve, resolve_function
 from hpcdl.store.files import FUNCTION_RESULT, HYDRA_TASK, RESULT
@@ -265,9 +266,8 @@ def _sweep_name(config: Any, own_app: bool) -> str:
 
 
 def _announce(sweep: Sweep, records: list[Any], waiting: bool) -> None:
-    where = sweep.manifest.get("backend_id") or "-"
-    backend = sweep.manifest["plan"]["cluster"]["backend"]
-    handed = f"Slurm array(s) {where}" if backend == "slurm" else f"a background runner on {os.uname().nodename}"
+    handed = backend_for(sweep.manifest["plan"]["cluster"]["backend"]).describe_sweep(
+        sweep.manifest.get("backend_id") or "-")
     print(f"Submitted sweep {sweep.id}: {len(records)} point(s) ({records[0].id} ...) as {handed}\n"
           f"  points:   python -m hpcdl.jobs show {sweep.id}\n"
           f"  results:  python -m hpcdl.jobs fetch {sweep.id}"

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from hpcdl.cluster import WORKER
 from hpcdl.distributed.restarts import is_earlier_runs_failure, record_failure
 from hpcdl.distributed.env import free_port
 from hpcdl.errors import HpcdlError
@@ -94,7 +95,7 @@ class Runner:
         logs = folder / LOGS
         logs.mkdir(mode=0o700, exist_ok=True)
         with open(logs / stream_log("stdout"), "ab") as out, open(logs / stream_log("stderr"), "ab") as err:
-            process = subprocess.Popen([sys.executable, "-u", "-m", "hpcdl.worker", str(folder)],
+            process = subprocess.Popen([sys.executable, "-u", "-m", WORKER, str(folder)],
                                        env=self._environment(plan, gpus), stdin=subprocess.DEVNULL,
                                        stdout=out, stderr=err, preexec_fn=os.setpgrp)  # own group, same session
         self.running[process] = (folder, gpus)

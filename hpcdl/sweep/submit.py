@@ -105,13 +105,14 @@ def check_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptio
         raise SubmissionError(f"sweep {sweep.id} was cancelled: it takes no more points")
     first = points[0].plan.cluster
     own = sweep.manifest["plan"]["cluster"]
+    backend = backend_for(first.backend)
     for point in points:
         profile = point.plan.cluster
         if (profile.backend, profile.store) != (own["backend"], own["store"]):
             raise ConfigError(f"point {point.num} ({' '.join(point.overrides)}): a sweep runs on one cluster "
                               f"backend and store; it has {profile.backend} {profile.store or '(default store)'}, "
                               f"the sweep {own['backend']} {own['store'] or '(default store)'}")
-        if profile.backend == "local" and point.plan.gpus is not None:
+        if backend.sweep_runner and point.plan.gpus is not None:
             raise ConfigError(f"training.gpus={list(point.plan.gpus)}: a local sweep gives each point GPUs of its "
                               "own (one per rank); leave training.gpus unset")
         if options.points_per_task > 1 and point.plan.world_size > 1:
@@ -120,7 +121,6 @@ def check_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptio
         check_no_secret_values(list(point.overrides), "overrides", profile.secrets)
     if options.points_per_task > 1:
         _note_rounds(first, options.points_per_task)
-    backend = backend_for(first.backend)
     checked: set[str] = set()
     for point in points:
         key = json.dumps(dataclasses.asdict(point.plan.cluster), sort_keys=True) + str(point.plan.time_limit_s)
@@ -153,7 +153,7 @@ def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions
     try:
         check_points(sweep, points, options)
         backend = backend_for(points[0].plan.cluster.backend)
-        runner = backend.name == "local" or options.points_per_task > 1
+        runner = backend.sweep_runner or options.points_per_task > 1
         code = sweep.manifest.get("snapshot")
         if code is None and any(runs_user_code(p.plan) for p in points):
             code = take_snapshot(Path.cwd(), sweep.folder, points[0].plan.cluster.snapshot_limit_mb)
