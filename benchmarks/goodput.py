@@ -28,7 +28,7 @@ import torch
 from common import write_result  # benchmarks/common.py
 from hpcdl.data.digits import digits_folder
 from hpcdl.host import signal_session
-from hpcdl.store.job import Job
+from hpcdl.lifecycle.job import Job
 
 
 def _submit(args: argparse.Namespace, root: Path, env: dict[str, str]) -> str:

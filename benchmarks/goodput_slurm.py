@@ -27,7 +27,7 @@ from pathlib import Path
 from common import write_result  # benchmarks/common.py
 from goodput import _iterations, same_weights
 from hpcdl.data.digits import digits_folder
-from hpcdl.store.job import Job
+from hpcdl.lifecycle.job import Job
 
 
 def _submit(args: argparse.Namespace, root: Path) -> Job:

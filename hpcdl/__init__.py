@@ -25,7 +25,7 @@ _EXPORTS = {
     "predict": "hpcdl.train.predict",
     "classify": "hpcdl.train.predict",
     "build_model": "hpcdl.models",
-    "batch": "hpcdl.submission",
+    "batch": "hpcdl.lifecycle.submission",
     "report": "hpcdl.reporting",
     "report_validation": "hpcdl.reporting",
     "save_result": "hpcdl.reporting",
@@ -34,7 +34,7 @@ _EXPORTS = {
     "save_checkpoint": "hpcdl.resumable",
     "stop_requested": "hpcdl.resumable",
     "stop": "hpcdl.resumable",
-    "Job": "hpcdl.store.job",
+    "Job": "hpcdl.lifecycle.job",
     "ClusterConfig": "hpcdl.config.cluster",
 }
 

@@ -25,10 +25,11 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from hpcdl.errors import HpcdlError
+from hpcdl.store.states import CANCELLED, COMPLETED, PENDING, RUNNING, STOPPED, SUBMITTING, TIMEOUT
 
 if TYPE_CHECKING:
     from hpcdl.store.folders import JobRecord
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.job import Job
 
 
 def _clock(seconds: float) -> str:
@@ -61,7 +62,7 @@ def _scheduler_id(record: "JobRecord") -> str:
 def _row(record: "JobRecord") -> tuple[str, ...]:
     """One line of the listing; DAMAGED (and why on stderr) for a record whose content makes no sense."""
     from hpcdl.store.folders import DAMAGED
-    from hpcdl.store.follow import progress
+    from hpcdl.store.metrics import progress
 
     if record.state != DAMAGED:
         try:
@@ -79,7 +80,7 @@ def _row(record: "JobRecord") -> tuple[str, ...]:
 
 def _sweep_row(sweep: "JobRecord", points: list["JobRecord"]) -> tuple[str, ...]:
     """A sweep's line: its points counted by state, the best validation accuracy among them."""
-    from hpcdl.store.follow import progress
+    from hpcdl.store.metrics import progress
 
     best = []
     for point in points:
@@ -96,7 +97,8 @@ def _sweep_row(sweep: "JobRecord", points: list["JobRecord"]) -> tuple[str, ...]
 
 def cmd_list(args: argparse.Namespace) -> int:
     from hpcdl.store.folders import DAMAGED
-    from hpcdl.store.listing import parse_since, select, user_id
+    from hpcdl.lifecycle.listing import select
+    from hpcdl.store.listing import parse_since, user_id
 
     selection = select(state=args.state, name=args.name, since=args.since and parse_since(args.since),
                        users=args.user and {user_id(args.user)}, everyone=args.all, limit=args.limit,
@@ -116,7 +118,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from hpcdl.store.listing import clean, parse_duration
+    from hpcdl.lifecycle.listing import clean
+    from hpcdl.store.listing import parse_duration
 
     removed = clean(parse_duration(args.older_than), args.state, dry_run=args.dry_run)
     for record in removed:
@@ -132,7 +135,7 @@ def _when(seconds: float) -> str:
 def _sweep_points(folder: Path) -> tuple["JobRecord", list["JobRecord"]]:
     """A sweep's record and its points, asking the scheduler once: the points' states, then the sweep's."""
     from hpcdl.store.folders import DAMAGED, load_record
-    from hpcdl.store.states import resolve_sweep
+    from hpcdl.lifecycle.states import resolve_sweep
 
     sweep = load_record(folder)
     if sweep is None:
@@ -142,7 +145,8 @@ def _sweep_points(folder: Path) -> tuple["JobRecord", list["JobRecord"]]:
 
 def _show_sweep(folder: Path) -> int:
     from hpcdl.store.folders import DAMAGED
-    from hpcdl.store.sweeps import format_table, points_done, summary
+    from hpcdl.lifecycle.sweep_report import format_table, summary
+    from hpcdl.store.sweeps import points_done
 
     sweep, points = _sweep_points(folder)
     if sweep.state == DAMAGED:
@@ -168,7 +172,7 @@ def _show_damaged(job_id: str, reason: str, folder: Path) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     """Everything known of a job; DAMAGED with the reason when a record's content is not of the shape written
     (the whole text is composed first: a damaged record prints no half of it)."""
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.job import Job
 
     job = Job.attach(args.id)
     text = io.StringIO()
@@ -217,7 +221,7 @@ def _show(job: "Job") -> int:
     return 0
 
 
-NOT_FAILED = ("COMPLETED", "CANCELLED", "TIMEOUT", "STOPPED")
+NOT_FAILED = (COMPLETED, CANCELLED, TIMEOUT, STOPPED)
 """Final states that are no error of the job: it completed, was cancelled, or reached its time limit."""
 
 
@@ -225,12 +229,13 @@ def _show_outcome(job: Any, record: "JobRecord") -> None:
     """Progress in words, the result and where it lies, and what comes next: for a failed job its error."""
     from hpcdl.store.files import CHECKPOINTS, RESULT, RESULTS, RESULTS_DIR, checkpoint_files
     from hpcdl.store.folders import FINAL_STATES, read_json
-    from hpcdl.store.follow import progress, progress_words
+    from hpcdl.lifecycle.follow import progress_words
+    from hpcdl.store.metrics import progress
 
-    started = record.state not in ("SUBMITTING", "PENDING")
+    started = record.state not in (SUBMITTING, PENDING)
     words = progress_words(progress(record))
     print(f"progress  {words or ('none reported yet' if started else 'not started')}")
-    if record.state == "COMPLETED" and record.manifest["kind"] == "train":
+    if record.state == COMPLETED and record.manifest["kind"] == "train":
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):  # a damaged result.json: no line
             result = read_json(record.folder / RESULT) or {}
             accuracy, loss = result.get("validation_accuracy"), result.get("final_loss")
@@ -239,14 +244,14 @@ def _show_outcome(job: Any, record: "JobRecord") -> None:
                   + ("" if accuracy is None else f", validation accuracy {100 * accuracy:.2f}%"))
     kept = [name for name in RESULTS if (record.folder / name).is_file()] if record.manifest["kind"] == "train" \
         else [f"{RESULTS_DIR}/"] if (record.folder / RESULTS_DIR).is_dir() else []
-    if record.state == "COMPLETED" or kept:
+    if record.state == COMPLETED or kept:
         print(f"results   {', '.join(kept) or 'the return value'} in {record.folder}; a copy here: "
               f"python -m hpcdl.jobs fetch {record.id}")
     if started:
         ranks = record.plan.get("world_size", 1)
         print(f"logs      python -m hpcdl.jobs logs {record.id} [--stderr]"
               + (f" [--rank 0..{ranks - 1}]" if ranks > 1 else ""))
-    if record.state in ("TIMEOUT", "STOPPED", "CANCELLED") and (
+    if record.state in (TIMEOUT, STOPPED, CANCELLED) and (
             record.manifest["kind"] == "train" or checkpoint_files(record.folder / CHECKPOINTS)):
         print(f"resume    python -m hpcdl.jobs resume {record.id} goes on from its newest checkpoint")
     if record.state in FINAL_STATES and record.state not in NOT_FAILED:
@@ -256,7 +261,7 @@ def _show_outcome(job: Any, record: "JobRecord") -> None:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.job import Job
     from hpcdl.store.safety import open_job_file
 
     job = Job.attach(args.id)
@@ -279,7 +284,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             if not shown:
                 record = job.refresh()
                 print(f"note: rank {args.rank} of job {job.id} ({_state(record)}) has written nothing to its "
-                      f"{'stderr' if args.stderr else 'stdout'}" + ("" if record.final or record.state == "RUNNING"
+                      f"{'stderr' if args.stderr else 'stdout'}" + ("" if record.final or record.state == RUNNING
                                                                      else ": it has not started yet"), file=sys.stderr)
             return 0
         time.sleep(1.0)
@@ -299,18 +304,18 @@ def _check_logs_asked(job: Any, rank: int) -> None:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from hpcdl.store.follow import follow
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.follow import follow
+    from hpcdl.lifecycle.job import Job
 
     job = Job.attach(args.id)
     state = follow(job)
     _sweep_table(job)
-    return 0 if state == "COMPLETED" else 1
+    return 0 if state == COMPLETED else 1
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    from hpcdl.store.follow import follow
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.follow import follow
+    from hpcdl.lifecycle.job import Job
     from hpcdl.store.sweeps import SWEEP
 
     job = Job.attach(args.id)
@@ -320,19 +325,20 @@ def cmd_wait(args: argparse.Namespace) -> int:
     else:
         state = job.wait(args.timeout)
     print(state)
-    return 0 if state == "COMPLETED" else 1
+    return 0 if state == COMPLETED else 1
 
 
 def _sweep_table(job: Any) -> None:
     """A sweep's result table, once it has ended (nothing for a job)."""
-    from hpcdl.store.sweeps import SWEEP, format_table, summary
+    from hpcdl.lifecycle.sweep_report import format_table, summary
+    from hpcdl.store.sweeps import SWEEP
 
     if job.manifest.get("kind") == SWEEP:
         print(format_table(summary(_sweep_points(job.folder)[1])))
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.job import Job
 
     job = Job.attach(args.id)
     if job.cancel():
@@ -343,8 +349,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from hpcdl.store.job import Job
-    from hpcdl.submission import resume_job
+    from hpcdl.lifecycle.job import Job
+    from hpcdl.lifecycle.submission import resume_job
 
     job = resume_job(Job.attach(args.id), args.time)
     print(f"resumed {job.id} from its newest checkpoint as {job.backend_id}\n"
@@ -356,7 +362,8 @@ def _fetch_sweep(job: Any, args: argparse.Namespace) -> int:
     """A sweep's summary table on screen, as CSV and its points' curves as PNG, in the target folder."""
     from hpcdl.store.folders import DAMAGED
     from hpcdl.store.safety import open_target
-    from hpcdl.store.sweeps import SUMMARY_CSV, SUMMARY_PLOT, format_table, plot_curves, summary, write_csv
+    from hpcdl.lifecycle.sweep_report import format_table, plot_curves, summary, write_csv
+    from hpcdl.store.files import SUMMARY_CSV, SUMMARY_PLOT
 
     if args.wait:
         job.wait()
@@ -378,7 +385,7 @@ def _fetch_sweep(job: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.job import Job
     from hpcdl.store.safety import open_target
     from hpcdl.store.sweeps import SWEEP
 
@@ -401,7 +408,7 @@ def _copy_results(job: Any, result: Any, target_fd: int, target: Path) -> None:
     from hpcdl.store.safety import copy_out
 
     if job.manifest["kind"] == "train":
-        from hpcdl.store.follow import format_summary
+        from hpcdl.lifecycle.follow import format_summary
 
         copied = []
         for name in RESULTS:

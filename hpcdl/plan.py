@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from hpcdl.cluster.environment import exported_environment, job_environment
+from hpcdl.config.environment import exported_environment, job_environment
 from hpcdl.config import ClusterConfig, Config, TrainingOptions
 from hpcdl.config.cluster import time_limit_seconds
 from hpcdl.config.root import check_job_name
@@ -99,10 +99,11 @@ def resolve(config: Config, gpus_here: Optional[int] = None, script_args: Sequen
     _check_secrets(config, profile)
     available = _gpus_offered(profile, gpus_here) if _needs_gpu_count(config) else None
     world, profile = _world(config, available)
+    from hpcdl.distributed.shares import global_batch, shares  # the rules the ranks apply, made once here
+
     loads = _worker_loads(training.worker_load, world, training.execution_environment)
     computing = sum(1 for share in loads if share > 0)
-    batch = training.mini_batch_size * computing if training.batch_scaling == "per_worker" \
-        else training.mini_batch_size
+    batch = global_batch(training.mini_batch_size, loads, training.batch_scaling)
     if batch < computing:
         raise ConfigError(f"training.mini_batch_size={training.mini_batch_size}: smaller than the {computing} "
                           "computing workers")
@@ -113,7 +114,6 @@ def resolve(config: Config, gpus_here: Optional[int] = None, script_args: Sequen
 
         check_mpi_available()
     _check_data(config)
-    from hpcdl.distributed.shares import shares  # the rules the ranks apply, made once here
     from hpcdl.train.schedule import scaled_learn_rate
 
     return JobPlan(

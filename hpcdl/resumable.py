@@ -33,13 +33,9 @@ from typing import Any, Optional
 from hpcdl.distributed.env import global_rank
 from hpcdl.distributed.heartbeat import run_token
 from hpcdl.errors import HpcdlError
-from hpcdl.store.files import CHECKPOINTS
+from hpcdl.store.files import CHECKPOINTS, STOP_FLAG, STOPPED_AT
 from hpcdl.train.stopping import StopRequested, stop_requested as signal_received
 
-STOP_FLAG = "stop-requested"
-"""In the job folder, holding the run token: the worker of a script's rank got the stop signal."""
-STOPPED = "stopped-at-rank{rank}.json"
-"""In the job folder: the step a script's rank stopped after (``hpcdl.stop``), with the run token."""
 SCRIPT_RANK = "HPCDL_SCRIPT_RANK"
 """Set for a script's process: its stop signal arrives as STOP_FLAG."""
 FLAG_CHECK_S = 0.5
@@ -130,14 +126,14 @@ def stop(step: int) -> None:
     from hpcdl.store.atomic import atomic_write_text
 
     record = json.dumps({"run": run_token(), "step": step})
-    atomic_write_text(_job_folder() / STOPPED.format(rank=global_rank()), record)
+    atomic_write_text(_job_folder() / STOPPED_AT.format(rank=global_rank()), record)
     raise SystemExit(0)
 
 
 def stopped_script_step(folder: Path) -> Optional[int]:
     """The step this run's script rank stopped after with ``stop``, or None when it did not."""
     try:
-        record = json.loads((folder / STOPPED.format(rank=global_rank())).read_text())
+        record = json.loads((folder / STOPPED_AT.format(rank=global_rank())).read_text())
     except (FileNotFoundError, ValueError):
         return None
     return record["step"] if record.get("run") == run_token() else None

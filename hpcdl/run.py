@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     from hpcdl.train.job import run_training  # torch is imported only once the config is good
 
     folder = Path(config.training.output_dir or Path("runs") / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    from hpcdl.store.follow import format_summary
+    from hpcdl.lifecycle.follow import format_summary
 
     print(format_summary(run_training(config, folder)))
     print(f"Results in {folder.resolve()}")

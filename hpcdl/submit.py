@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 
 from hpcdl.errors import HpcdlError
+from hpcdl.store.states import COMPLETED
 
 USAGE = __doc__
 
@@ -36,7 +37,7 @@ def main(argv: list[str]) -> int:
     from hpcdl.config.compose import compose_config
     from hpcdl.plan import resolve
     from hpcdl.store.folders import store_root
-    from hpcdl.submission import submit_job
+    from hpcdl.lifecycle.submission import submit_job
 
     try:
         overrides, script_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv \
@@ -60,7 +61,7 @@ def main(argv: list[str]) -> int:
     except HpcdlError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    where = f"Slurm job {job.backend_id}" if profile.backend == "slurm" else f"process {job.backend_id.split(':')[0]}"
+    where = backend_for(profile.backend).describe(job.backend_id)
     print(f"Submitted job {job.id} ({where}) with profile {profile.name}\n"
           f"  folder:   {job.folder}\n"
           f"  progress: python -m hpcdl.jobs watch {job.id}\n"
@@ -68,10 +69,10 @@ def main(argv: list[str]) -> int:
           f"  results:  python -m hpcdl.jobs fetch {job.id}")
     if not config.wait:
         return 0
-    from hpcdl.store.follow import follow, format_result
+    from hpcdl.lifecycle.follow import follow, format_result
 
     state = follow(job)
-    if state != "COMPLETED":
+    if state != COMPLETED:
         print(f"job {job.id} ended {state}\n{job.error()}", file=sys.stderr)
         return 1
     print(format_result(plan.kind, job.result()))

@@ -19,10 +19,10 @@ from hpcdl.distributed import heartbeat
 from hpcdl.distributed.env import discover, free_port
 from hpcdl.errors import HpcdlError
 from hpcdl.plan import JobPlan
-from hpcdl.resumable import SCRIPT_RANK, STOP_FLAG, stopped_script_step
+from hpcdl.resumable import SCRIPT_RANK, stopped_script_step
 from hpcdl.snapshot import in_snapshot
 from hpcdl.store.atomic import atomic_write_text, make_folder
-from hpcdl.store.files import FUNCTION, RESULTS_DIR
+from hpcdl.store.files import FUNCTION, RESULTS_DIR, STOP_FLAG
 from hpcdl.store.safety import load_pickle
 from hpcdl.train.stopping import STOP_SIGNAL, StopRequested
 

@@ -23,7 +23,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from hpcdl.cluster.restarts import (how_run_ended, is_earlier_runs_failure, record_failure, record_final,
+from hpcdl.cluster import WORKER, Backend, backend_for
+from hpcdl.distributed.restarts import (how_run_ended, is_earlier_runs_failure, record_failure, record_final,
                                    recorded_final, requeued_since_start, this_job, this_run,
                                    withdraw_earlier_failure)
 from hpcdl.distributed import heartbeat
@@ -36,9 +37,10 @@ from hpcdl.snapshot import run_from_snapshot
 from hpcdl.store.atomic import atomic_save, make_folder, remove_stale_temporaries
 from hpcdl.store.caches import compile_cache
 from hpcdl.store.files import (CHECKPOINTS, FUNCTION_RESULT, LOGS, MANIFEST, METRICS,
-                               RANK_RESULTS, RANKS_DONE, STATUS, checkpoint_files)
+                               RANK_RESULTS, RANKS_DONE, STATUS, checkpoint_files, rank_log, rank_result)
 from hpcdl.store.folders import read_json
 from hpcdl.store.safety import check_store
+from hpcdl.store.states import COMPLETED, FAILED, REQUEUED, RUNNING, TIMEOUT, UNKNOWN
 from hpcdl.store.sweeps import handed_over
 from hpcdl.train.stopping import STOP_SIGNAL, StopRequested, listen_for_stop
 from hpcdl.store.status import write_final, write_status
@@ -61,7 +63,7 @@ def _run_payload(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> None:
 
     if plan.gather_results:
         make_folder(folder / RANK_RESULTS)
-        atomic_save(folder / RANK_RESULTS / f"{global_rank()}.pkl", lambda out: cloudpickle.dump(result, out))
+        atomic_save(folder / rank_result(global_rank()), lambda out: cloudpickle.dump(result, out))
     if global_rank() != 0:
         return
 
@@ -80,7 +82,7 @@ def _enforce_local_time_limit(folder: Path, plan: JobPlan) -> None:
 
     def expire() -> None:
         with contextlib.suppress(OSError, FolderGoneError):
-            write_final(folder, "TIMEOUT", reason=f"time limit {plan.cluster.time} reached")
+            write_final(folder, TIMEOUT, reason=f"time limit {plan.cluster.time} reached")
         end_own_job(124)  # like timeout(1)
 
     def warn() -> None:  # as Slurm's --signal: the ranks (the launcher forwards it) checkpoint and stop
@@ -94,9 +96,10 @@ def _enforce_local_time_limit(folder: Path, plan: JobPlan) -> None:
         timer.start()
 
 
-def _after_stop(folder: Path, plan: JobPlan, stop: StopRequested, job_id: str) -> None:
+def _after_stop(folder: Path, plan: JobPlan, backend: Backend, stop: StopRequested, job_id: str) -> None:
     """The ranks stopped on the signal with a checkpoint: on Slurm the lead requeues the job while requeues
-    are left (it goes on from the checkpoint); otherwise the job ends TIMEOUT (local) or STOPPED."""
+    are left (it goes on from the checkpoint); otherwise the job ends in its backend's stop state (TIMEOUT for
+    a local job, STOPPED)."""
     if global_rank() != plan.lead_rank:
         return
     restarts = this_run()
@@ -104,17 +107,17 @@ def _after_stop(folder: Path, plan: JobPlan, stop: StopRequested, job_id: str) -
     event = {"at": time.time(), "iteration": stop.iteration, "restarts": restarts, "slurm_job": slurm_job}
     status = read_json(folder / STATUS) or {}
     if slurm_job and restarts < plan.cluster.max_requeues:
-        requeue = subprocess.run(["scontrol", "requeue", slurm_job], capture_output=True, text=True)
+        refused = backend.requeue(slurm_job)
         # refused where Slurm has requeued the job itself (a preemption with PreemptMode=REQUEUE and no grace)
-        by = "" if requeue.returncode == 0 else " by Slurm" if requeued_since_start() else None
+        by = "" if refused is None else " by Slurm" if requeued_since_start() else None
         if by is not None:
-            write_status(folder, "REQUEUED", events=[*status.get("events", []), {**event, "event": "requeued"}])
+            write_status(folder, REQUEUED, events=[*status.get("events", []), {**event, "event": "requeued"}])
             print(f"[hpcdl] {stop}; requeued{by} (restart {restarts + 1} of at most {plan.cluster.max_requeues})",
                   flush=True)
             return
-        print(f"[hpcdl] scontrol requeue failed: {requeue.stderr.strip()}", file=sys.stderr, flush=True)
-    state = "TIMEOUT" if plan.cluster.backend == "local" else "STOPPED"
-    write_status(folder, status.get("state", "RUNNING"), events=[*status.get("events", []),
+        print(f"[hpcdl] {refused}", file=sys.stderr, flush=True)
+    state = backend.stop_state
+    write_status(folder, status.get("state", RUNNING), events=[*status.get("events", []),
                                                                  {**event, "event": "stopped"}])
     record_final(folder, state, iteration=stop.iteration,
                 reason=f"{stop}; go on with python -m hpcdl.jobs resume {job_id}")
@@ -129,7 +132,7 @@ def _events_with_restart(folder: Path, restarts: int, earlier_failure: dict[str,
         return events  # hpcdl requeued it itself
     checkpoints = checkpoint_files(folder / CHECKPOINTS)
     event = {"event": "restarted", "at": time.time(), "iteration": checkpoints[-1][0] if checkpoints else 0,
-             "restarts": restarts - 1, "slurm_job": this_job(), "slurm": how_run_ended(restarts - 1) or "UNKNOWN"}
+             "restarts": restarts - 1, "slurm_job": this_job(), "slurm": how_run_ended(restarts - 1) or UNKNOWN}
     if earlier_failure is not None:
         event["failure"] = earlier_failure.get("reason", "")
     return [*events, event]
@@ -140,7 +143,7 @@ def _launch_ranks(path: Path, plan: JobPlan) -> None:
     from hpcdl.distributed.launch import launch_local
 
     world = plan.world_size
-    rank_command = [sys.executable, "-u", "-m", "hpcdl.worker", str(path)]
+    rank_command = [sys.executable, "-u", "-m", WORKER, str(path)]
     if plan.mpi:  # each rank sends its output to its own files (_log_to_own_files)
         env = {**os.environ, RANK_LOGS: str(make_folder(path / LOGS))}
         code = subprocess.call([*plan.cluster.mpirun, "-n", str(world), *rank_command], env=env)
@@ -148,14 +151,12 @@ def _launch_ranks(path: Path, plan: JobPlan) -> None:
     else:
         code, failure = launch_local(rank_command, world, logs=make_folder(path / LOGS))
     if code != 0:  # a rank that failed with a traceback has recorded FAILED first, and that holds
-        write_final(path, "FAILED", reason=failure)
+        write_final(path, FAILED, reason=failure)
         sys.exit(1)
 
 
 def _log_to_own_files(logs: Path) -> None:
     """A rank started by a local mpirun: its stdout and stderr go to its own files, as the launcher's do."""
-    from hpcdl.distributed.launch import rank_log
-
     for fd, stream in ((1, "stdout"), (2, "stderr")):
         target = os.open(rank_log(logs, global_rank(), stream), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(target, fd)
@@ -186,7 +187,8 @@ def run_job(folder: str) -> None:
     cache = compile_cache(path.parent)
     if cache is not None:  # torch.compile's kernels, reused by this user's other tasks and the job's resumes
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache))
-    first_process = plan.cluster.backend == "local" and not launched_as_rank
+    backend = backend_for(plan.cluster.backend)
+    first_process = backend.starts_ranks and not launched_as_rank
     if first_process:  # tells this run's heartbeats and stop flags from an earlier run's (Slurm: job id, restart)
         os.environ[heartbeat.RUN_TOKEN] = uuid.uuid4().hex
         become_subreaper()  # a detached child ends with the job (cancel, time limit), as under Slurm's cgroups
@@ -201,7 +203,7 @@ def run_job(folder: str) -> None:
         remove_stale_temporaries(path)
         restarts = this_run()
         earlier_failure = withdraw_earlier_failure(path)  # a rank that outlived the last run; this one goes on
-        write_status(path, "RUNNING", started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
+        write_status(path, RUNNING, started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
                      slurm_job_id=this_job(), restarts=restarts,
                      events=_events_with_restart(path, restarts, earlier_failure))
     if plan.kind == "script":
@@ -217,7 +219,7 @@ def run_job(folder: str) -> None:
         _run_payload(path, plan, manifest)
     except StopRequested as stop:
         heartbeat.finish()
-        _after_stop(path, plan, stop, manifest["id"])
+        _after_stop(path, plan, backend, stop, manifest["id"])
         return
     except BaseException as e:
         with contextlib.suppress(FolderGoneError):  # a deleted job folder is not written again
@@ -226,7 +228,7 @@ def run_job(folder: str) -> None:
         raise
     heartbeat.finish()
     if _all_ranks_done(path, plan):
-        record_final(path, "COMPLETED")
+        record_final(path, COMPLETED)
 
 
 def _own_traceback(plan: JobPlan, error: BaseException) -> str:

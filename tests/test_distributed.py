@@ -17,7 +17,7 @@ from hpcdl.config.compose import compose_config
 from hpcdl.distributed.context import DistContext
 from hpcdl.distributed.env import DistEnv
 from hpcdl.distributed.launch import launch_local
-from hpcdl.cluster.environment import network_environment
+from hpcdl.config.environment import network_environment
 from hpcdl.config import NetworkConfig
 from hpcdl.plan import resolve
 from hpcdl.distributed.shares import shares

@@ -55,7 +55,7 @@ def test_training_job_outlives_the_submitting_process_and_is_fetched_later(store
 
 def test_batch_function_result_comes_back_in_a_new_process(store: Path) -> None:
     job = hpcdl.batch(add, 2, 40, cluster="local")
-    code = f"import hpcdl.store.job as j; print(j.Job.attach({job.id!r}).result(timeout=120))"
+    code = f"import hpcdl.lifecycle.job as j; print(j.Job.attach({job.id!r}).result(timeout=120))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "42"
     assert job.state == "COMPLETED"
@@ -154,7 +154,7 @@ def test_progress_counts_the_iterations_of_an_epoch_in_a_long_metrics_file(tmp_p
                                                                          epochs_written: int) -> None:
     import json
 
-    from hpcdl.store.follow import progress
+    from hpcdl.store.metrics import progress
     from hpcdl.store.folders import JobRecord
 
     per_epoch, last = 45, epochs_written * 45 - 5
@@ -195,7 +195,7 @@ def test_best_validation_listed_is_the_runs_best_however_long_its_metrics(store:
     import json
 
     from hpcdl.store.folders import load_record
-    from hpcdl.store.sweeps import summary
+    from hpcdl.lifecycle.sweep_report import summary
 
     folder = _finished_training_job(store, "early-best")
     text = "".join(json.dumps(r) + "\n" for r in _metrics_of_an_early_best())

@@ -67,7 +67,7 @@ def fail() -> None:
     raise ValueError("bad learning rate")
 
 
-def wait_running(job: hpcdl.store.job.Job, timeout: float = 60) -> None:
+def wait_running(job: hpcdl.lifecycle.job.Job, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while job.refresh().status.get("state") != "RUNNING":
         assert time.monotonic() < deadline, f"job {job.id} did not start: {job.state}"
@@ -91,7 +91,7 @@ def test_training_job_completes_on_slurm_and_is_fetched_from_a_new_process(store
 
 def test_batch_function_runs_on_slurm_and_its_result_is_read_from_a_new_process(store: Path) -> None:
     job = hpcdl.batch(square, 12.0, cluster="slurm", time="00:05:00")
-    code = f"import hpcdl.store.job as j; print(j.Job.attach({job.backend_id!r}).result(timeout=180))"
+    code = f"import hpcdl.lifecycle.job as j; print(j.Job.attach({job.backend_id!r}).result(timeout=180))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "144.0"
     assert _sacct_state(job.backend_id) == "COMPLETED"
@@ -204,7 +204,7 @@ def test_two_node_job_trains_across_both_nodes(store: Path, digits_root: Path, c
     done = _cli("hpcdl.submit", "cluster=slurm", "cluster.nodes=2", "cluster.tasks_per_node=1",
                 "training.execution_environment=parallel", f"training.comm={comm}", f"data.root={digits_root}",
                 "training.max_epochs=2", "cluster.time=00:10:00", f"name=two-nodes-{comm}", *extra)
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.job import Job
 
     job = Job.attach(done.stdout.split()[2])
     assert job.wait(timeout=300) == "COMPLETED", job.error()
@@ -283,7 +283,7 @@ def test_own_network_and_dataset_train_on_both_nodes_from_the_users_folder(store
          "model._target_=mynets.MyNet", "+model.hidden=6", "training.max_epochs=2", "cluster.time=00:10:00",
          "name=own-parts"], capture_output=True, text=True, timeout=300, cwd=user)
     assert done.returncode == 0, done.stderr
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.job import Job
 
     job = Job.attach(done.stdout.split()[2])
     assert job.wait(timeout=300) == "COMPLETED", job.error()
@@ -309,7 +309,7 @@ def test_a_time_limit_stops_the_job_with_a_checkpoint_and_resume_passes_a_trunca
     STOPPED with no requeue left, and Slurm calls it COMPLETED, not TIMEOUT. Its newest checkpoint cut short,
     jobs resume goes on from the one before, naming the damaged one. The training (150 epochs, about 90 s on a
     2-core machine) outlasts the latest signal: 60 epochs (35 s) once finished before a signal that came late."""
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.job import Job
 
     done = _cli("hpcdl.submit", "cluster=slurm", f"data.root={digits_root}", "training.max_epochs=150",
                 "training.mini_batch_size=32", "cluster.time=00:02:00", "cluster.signal_delay_s=75",
@@ -338,7 +338,7 @@ def test_a_time_limit_stops_the_job_with_a_checkpoint_and_resume_passes_a_trunca
 def test_the_signal_sent_to_the_batch_shell_alone_stops_every_rank_with_a_checkpoint(
         store: Path, digits_root: Path, comm: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """scancel --signal=USR2 --batch reaches the batch shell only: it hands the signal on to srun or mpirun."""
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.job import Job
 
     extra = _launched_with(comm, monkeypatch)
     done = _cli("hpcdl.submit", "cluster=slurm", "cluster.nodes=2", "training.execution_environment=parallel",
@@ -358,7 +358,7 @@ def test_the_signal_sent_to_the_batch_shell_alone_stops_every_rank_with_a_checkp
     assert _sacct_state(job.backend_id) == "COMPLETED"  # the batch shell lived on and ended as its ranks did
 
 
-def stopped_after(job: hpcdl.store.job.Job) -> int:
+def stopped_after(job: hpcdl.lifecycle.job.Job) -> int:
     """The iteration a job stopped by the stop signal stopped after, from its reason."""
     reason = job.refresh().reason
     assert "stopped on SIGUSR2 after iteration" in reason, reason
@@ -372,7 +372,7 @@ def _checkpoint_iterations(folder: Path) -> list[int]:
 
 
 def test_a_torchrun_style_script_runs_across_both_nodes(store: Path, tmp_path: Path) -> None:
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.job import Job
     from tests.user_code import write_user_code
 
     user = write_user_code(tmp_path / "user")
@@ -391,7 +391,7 @@ def test_a_torchrun_style_script_runs_across_both_nodes(store: Path, tmp_path: P
 
 def test_a_script_stopped_on_both_nodes_by_the_signal_resumes_where_its_ranks_agreed(store: Path,
                                                                                     tmp_path: Path) -> None:
-    from hpcdl.store.job import Job
+    from hpcdl.lifecycle.job import Job
     from tests.test_user_resume import SCRIPT
 
     user = tmp_path / "user"

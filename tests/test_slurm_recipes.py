@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hpcdl.store.job import Job
+from hpcdl.lifecycle.job import Job
 from tests.reference_script import LIGHTNING_SCRIPT, SCRIPT
 from tests.test_slurm import slurm_cluster  # noqa: F401  (the cluster must answer)
 

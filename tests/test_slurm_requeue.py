@@ -18,7 +18,7 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
-from hpcdl.store.job import Job
+from hpcdl.lifecycle.job import Job
 from tests.test_slurm import (_checkpoint_iterations, _cli, _iterations, _sacct_state, slurm_cluster,  # noqa: F401
                               slurm_setting, stopped_after)
 
@@ -171,7 +171,7 @@ def test_a_job_requeued_by_an_operator_goes_on_from_its_newest_checkpoint(requeu
 def test_a_job_on_a_node_that_lost_its_slurmd_is_queued_again_and_goes_on(requeued: dict[str, Any]) -> None:
     """Never listed FAILED: the rank that outlived the run on n2 records nothing, the next run goes on."""
     job = requeued["node"]
-    from hpcdl.store.states import QUEUED_AGAIN
+    from hpcdl.lifecycle.states import QUEUED_AGAIN
 
     listed = requeued["node_listed"]
     assert listed["state"] in QUEUED_AGAIN and listed["reason"] == "queued again: it goes on from its newest checkpoint"

@@ -12,7 +12,7 @@ import pytest
 
 import hpcdl
 from hpcdl.cluster.slurm import SlurmBackend
-from hpcdl.store.job import Job
+from hpcdl.lifecycle.job import Job
 from tests.test_slurm import (_cli, _queue, _sacct_state, slurm_cluster,  # noqa: F401 - the fixture
                               slurm_setting, wait_running)
 from tests.test_states import _row, held_submission
@@ -104,7 +104,7 @@ def test_a_job_running_through_a_slurmctld_restart_finishes_and_lists_right(stor
 
 
 def test_a_job_slurm_has_requeued_itself_is_told_from_one_that_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpcdl.cluster.restarts import how_run_ended, requeued_since_start
+    from hpcdl.distributed.restarts import how_run_ended, requeued_since_start
 
     jobs = [subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 60"], capture_output=True,
                            text=True, check=True).stdout.strip() for _ in range(2)]

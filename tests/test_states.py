@@ -90,7 +90,7 @@ def held_submission(store: Path, monkeypatch: pytest.MonkeyPatch, backend: Any,
     """Run ``submit()`` in a thread whose ``backend`` answers when the block ends; yields the job's id
     once its manifest is written, and a list that holds the Job after the block."""
     release = threading.Event()
-    monkeypatch.setattr("hpcdl.submission.backend_for", lambda name: SlowBackend(backend, release))
+    monkeypatch.setattr("hpcdl.lifecycle.submission.backend_for", lambda name: SlowBackend(backend, release))
     submitted: list[hpcdl.Job] = []
     submitter = threading.Thread(target=lambda: submitted.append(submit()))
     submitter.start()
@@ -146,7 +146,7 @@ def test_a_job_cancelled_while_being_submitted_never_runs(store: Path, tmp_path:
 
 
 def test_a_submitter_killed_before_the_backend_answered_leaves_a_failed_job(store: Path) -> None:
-    code = ("import threading, hpcdl, hpcdl.submission as s, tests.test_states as t, tests.payloads as p\n"
+    code = ("import threading, hpcdl, hpcdl.lifecycle.submission as s, tests.test_states as t, tests.payloads as p\n"
             "s.backend_for = lambda name: t.SlowBackend(t.LocalBackend(), threading.Event())\n"
             "hpcdl.batch(p.add, 1, 2)\n")
     submitter = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
@@ -426,7 +426,7 @@ def test_a_job_folder_deleted_mid_training_is_not_made_again(tmp_path: Path, blo
 
 def test_only_an_earlier_runs_failure_of_the_same_slurm_job_is_withdrawn_by_a_restart(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpcdl.cluster.restarts import record_failure, withdraw_earlier_failure
+    from hpcdl.distributed.restarts import record_failure, withdraw_earlier_failure
 
     monkeypatch.setenv("PATH", "/nonexistent")  # no scontrol: the job cannot be seen queued again
     monkeypatch.setenv("SLURM_JOB_ID", "77")
@@ -458,7 +458,7 @@ def test_only_an_earlier_runs_failure_of_the_same_slurm_job_is_withdrawn_by_a_re
 def test_a_job_that_ran_and_is_queued_again_is_listed_so(tmp_path: Path, own: str | None, slurm: str,
                                                          listed: str, reason: str) -> None:
     from hpcdl.store.folders import JobRecord
-    from hpcdl.store.states import _resolve
+    from hpcdl.lifecycle.states import _resolve
 
     record = JobRecord(tmp_path, {"plan": {"cluster": {"backend": "slurm"}}}, {"state": own} if own else {})
     _resolve(record, slurm)

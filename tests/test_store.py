@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hpcdl import ConfigError
-from hpcdl.cluster.environment import exported_environment, job_environment
+from hpcdl.config.environment import exported_environment, job_environment
 from hpcdl.config.cluster import ClusterConfig, time_limit_minutes, time_limit_seconds
 from hpcdl.plan import JobPlan
 from hpcdl.cluster.slurm import sbatch_script
@@ -157,7 +157,8 @@ def _add_jobs(store: Path, first: int, count: int) -> None:
 def test_thirty_concurrent_submissions_each_reach_the_index_while_listings_run(store: Path) -> None:
     from concurrent.futures import ProcessPoolExecutor
 
-    from hpcdl.store.index import ID, ROWS, index_folder
+    from hpcdl.store.files import INDEX_ROWS as ROWS
+    from hpcdl.store.index import ID, index_folder
     from hpcdl.store.listing import scan as scan_index
 
     store.mkdir(mode=0o700)
@@ -175,7 +176,8 @@ def test_thirty_concurrent_submissions_each_reach_the_index_while_listings_run(s
 
 
 def test_the_index_is_never_trusted_over_the_folders(store: Path, tmp_path: Path) -> None:
-    from hpcdl.store.index import ROWS, index_folder
+    from hpcdl.store.files import INDEX_ROWS as ROWS
+    from hpcdl.store.index import index_folder
 
     store.mkdir(mode=0o700)
     kept = _ended_job(store, 1, "FAILED")

@@ -19,7 +19,7 @@ from hydra.test_utils.launcher_common_tests import IntegrationTestSuite, Launche
 from hpcdl.cluster.slurm import array_tasks
 from hpcdl.host import is_running
 from hpcdl.store.folders import JobRecord, load_record
-from hpcdl.store.job import Job
+from hpcdl.lifecycle.job import Job
 from tests.conftest import job_folders
 
 WAIT = ["hydra.launcher.wait=true", "hydra.launcher.poll_s=0.2"]
@@ -199,10 +199,10 @@ def test_a_restarted_array_task_runs_again_the_points_its_earlier_run_left_witho
 @pytest.mark.parametrize("requeued", [False, True])
 def test_a_point_process_that_dies_is_failed_unless_slurm_has_queued_the_task_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, requeued: bool) -> None:
-    import hpcdl.cluster.restarts
+    import hpcdl.distributed.restarts
     from hpcdl.sweep.runner import Runner
 
-    monkeypatch.setattr(hpcdl.cluster.restarts, "requeued_since_start", lambda: requeued)
+    monkeypatch.setattr(hpcdl.distributed.restarts, "requeued_since_start", lambda: requeued)
     point = tmp_path / "point"
     point.mkdir()
     runner = Runner([], slots=1, threads=1, gpus=[], packed=True)
@@ -244,7 +244,7 @@ def _point(folder: Path, num: int, overrides: list[str], losses: list[float]) ->
 
 
 def test_sweep_labels_name_only_the_overrides_that_vary_between_points() -> None:
-    from hpcdl.store.sweeps import varying_overrides
+    from hpcdl.lifecycle.sweep_report import varying_overrides
 
     assert varying_overrides([["name=a", "lr=0.1", "epochs=2"], ["name=a", "lr=0.01", "epochs=2"]]) == \
         ["lr=0.1", "lr=0.01"]
@@ -255,7 +255,8 @@ def test_sweep_labels_name_only_the_overrides_that_vary_between_points() -> None
 
 
 def test_sweep_table_and_plot_legend_name_the_varying_overrides_outside_the_panels(tmp_path: Path) -> None:
-    from hpcdl.store.sweeps import SUMMARY_CSV, curves_figure, format_table, plot_curves, summary, write_csv
+    from hpcdl.lifecycle.sweep_report import curves_figure, format_table, plot_curves, summary, write_csv
+    from hpcdl.store.files import SUMMARY_CSV
 
     constant = ["name=digits", "training.max_epochs=2", "data.root=/a/long/path/to/the/data"]
     points = [_point(tmp_path / f"s_{n}", n, [*constant, f"training.initial_learn_rate={rate}"],

@@ -1,7 +1,9 @@
 """Where a job runs: one small interface, one module per backend.
 
 Code outside this package never asks which backend it has: it calls
-``backend_for(name)`` and uses the ``Backend`` protocol.
+``backend_for(name)`` and uses the ``Backend`` protocol. A backend starts a job's
+worker by its module name (WORKER), never by importing it: the worker sits above
+the backends and asks its own (requeue, how a stopped job ends).
 """
 
 from __future__ import annotations
@@ -14,10 +16,22 @@ if TYPE_CHECKING:
     from hpcdl.store.folders import JobRecord
 
 
+WORKER = "hpcdl.worker"
+"""The module a backend starts for a job folder (``python -m hpcdl.worker FOLDER``: hpcdl.worker.run_job)."""
+
+
 class Backend(Protocol):
-    """What every backend does: check a profile, show and submit a job, report states, cancel, find logs."""
+    """What every backend does: check a profile, show and submit a job, report states, cancel, find logs; and
+    in the job, what its worker asks of the scheduler."""
 
     name: str
+    starts_ranks: bool
+    """Whether the worker that submit starts launches the job's ranks itself and keeps its time limit (else the
+    scheduler starts a worker per rank and ends the job at its limit)."""
+    stop_state: str
+    """The final state of a job that stopped on the stop signal with a checkpoint and was not queued again."""
+    sweep_runner: bool
+    """Whether a sweep's points always run under hpcdl's sweep runner (else a scheduler task each, unless packed)."""
 
     def check(self, plan: "JobPlan", dry_run: bool = False) -> Optional[str]:
         """ConfigError for what the scheduler cannot run; in a dry run, a note when it could not be asked."""
@@ -48,6 +62,16 @@ class Backend(Protocol):
 
     def display_id(self, record: "JobRecord") -> str:
         """The scheduler's id of the job as a listing shows it: short, for people ('' before it has one)."""
+
+    def describe(self, backend_id: str) -> str:
+        """What a job's scheduler id names, in words ('Slurm job 12', 'process 4242')."""
+
+    def describe_sweep(self, backend_id: str) -> str:
+        """What a sweep was handed to, in words ('Slurm array(s) 12,13', 'a background runner on HOST')."""
+
+    def requeue(self, job: str) -> Optional[str]:
+        """In the job: queue it (the scheduler's id ``job``) again to go on from its checkpoint; None once queued,
+        else the scheduler's refusal in words."""
 
 
 def backend_for(name: str) -> Backend:

@@ -17,12 +17,13 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from hpcdl.distributed.launch import rank_log
 from hpcdl.errors import HpcdlError, SubmissionError
 from hpcdl.host import end_job_tree, host_key, is_running, process_id
+from hpcdl.cluster import WORKER
 from hpcdl.plan import JobPlan
-from hpcdl.store.files import LOGS
+from hpcdl.store.files import LOGS, RUNNER_LOG, rank_log, stream_log
 from hpcdl.store.folders import JobRecord
+from hpcdl.store.states import RUNNING, TIMEOUT
 from hpcdl.store.sweeps import runs_under_runner
 
 KILL_AFTER_S = 10.0
@@ -42,6 +43,9 @@ class LocalBackend:
     """Detached background processes, one per job."""
 
     name = "local"
+    starts_ranks = True
+    stop_state = TIMEOUT  # a local job's stop signal is the warning before its own time limit
+    sweep_runner = True
 
     def check(self, plan: JobPlan, dry_run: bool = False) -> Optional[str]:
         """Nothing to ask a scheduler: the plan's own checks are enough."""
@@ -49,7 +53,7 @@ class LocalBackend:
 
     def _command(self, plan: JobPlan, folder: Path) -> list[str]:
         python = plan.cluster.python
-        return [os.path.expanduser(python or sys.executable), "-u", "-m", "hpcdl.worker", str(folder)]
+        return [os.path.expanduser(python or sys.executable), "-u", "-m", WORKER, str(folder)]
 
     def _environment(self, plan: JobPlan) -> dict[str, str]:
         # the GPUs this shell may use are the local job's too (on Slurm, the allocation decides)
@@ -71,14 +75,14 @@ class LocalBackend:
         logs = folder / LOGS
         logs.mkdir(mode=0o700, exist_ok=True)
         # cwd: functions pickled by reference import from the submitting folder, as sbatch jobs do
-        with open(logs / "stdout.log", "ab") as out, open(logs / "stderr.log", "ab") as err:
+        with open(logs / stream_log("stdout"), "ab") as out, open(logs / stream_log("stderr"), "ab") as err:
             process = subprocess.Popen(self._command(plan, folder), cwd=os.getcwd(),
                                        env=self._environment(plan), stdin=subprocess.DEVNULL,
                                        stdout=out, stderr=err, start_new_session=True)
         started = process_id(process.pid)
         if started is None:  # not even its start time could be read: it failed at once
             raise SubmissionError(f"the job's process exited at once with code {process.wait()}; "
-                                  f"see {logs / 'stderr.log'}")
+                                  f"see {logs / stream_log('stderr')}")
         return started
 
     def submit_sweep(self, sweep: Path, points: list[tuple[JobPlan, Path]], parallelism: Optional[int],
@@ -92,13 +96,13 @@ class LocalBackend:
             command += ["--limit", str(parallelism)]
         logs = sweep / LOGS
         logs.mkdir(mode=0o700, exist_ok=True)
-        with open(logs / "runner.log", "ab") as out:
+        with open(logs / RUNNER_LOG, "ab") as out:
             process = subprocess.Popen(command, cwd=os.getcwd(), env=self._environment(first),
                                        stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
         started = process_id(process.pid)
         if started is None:
             raise SubmissionError(f"the sweep's runner exited at once with code {process.wait()}; "
-                                  f"see {logs / 'runner.log'}")
+                                  f"see {logs / RUNNER_LOG}")
         return [started] * len(points), started
 
     def live_states(self, records: list[JobRecord]) -> Optional[dict[str, Optional[str]]]:
@@ -109,7 +113,7 @@ class LocalBackend:
             process = _process(record)
             running = asked[process] if process in asked else asked.setdefault(process, is_running(process))
             if running is not False:
-                live[record.id] = "RUNNING" if running else None
+                live[record.id] = RUNNING if running else None
         return live
 
     def cancel(self, record: JobRecord) -> None:
@@ -132,9 +136,21 @@ class LocalBackend:
         plan = record.plan
         if plan.get("world_size", 1) > 1:
             return rank_log(record.folder / LOGS, rank, stream)
-        return record.folder / LOGS / f"{stream}.log"
+        return record.folder / LOGS / stream_log(stream)
 
     def display_id(self, record: JobRecord) -> str:
         """'PID@HOSTNAME' of the job's process: its start time and the host's boot and namespace left out."""
         number, _, where = (record.backend_id or "").partition("@")
         return f"{number.split(':')[0]}@{where.split('/')[0]}" if where else number.split(":")[0]
+
+    def describe(self, backend_id: str) -> str:
+        """'process PID'."""
+        return f"process {backend_id.split(':')[0]}"
+
+    def describe_sweep(self, backend_id: str) -> str:
+        """The runner on this machine."""
+        return f"a background runner on {os.uname().nodename}"
+
+    def requeue(self, job: str) -> Optional[str]:
+        """Never: a local job has no scheduler to queue it again (its worker is given no job id)."""
+        return "a local job is not queued again"

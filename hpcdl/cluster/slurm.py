@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import importlib
 import os
 import shlex
 import subprocess
@@ -18,17 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from hpcdl.cluster import WORKER
 from hpcdl.config.cluster import time_limit_minutes
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.plan import JobPlan
 from hpcdl.store.atomic import atomic_write_text
-from hpcdl.store.files import LOGS
+from hpcdl.store.files import LOGS, stream_log
 from hpcdl.store.folders import JobRecord
+from hpcdl.store.states import PENDING, STOPPED
 from hpcdl.store.sweeps import runs_under_runner
 from hpcdl.train.stopping import STOP_SIGNAL
 
-ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
-          "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD")
 QUERY_TIMEOUT_S = 30
 QUERY_TIMEOUT_DRY_RUN_S = 5
 CANCEL_WAIT_S = 60.0
@@ -204,7 +205,7 @@ def array_script(tasks: list[list[tuple[JobPlan, Path]]], sweep: Path, paralleli
     else:
         lines.append(f'folder={shlex.quote(str(root))}/"${{points[$SLURM_ARRAY_TASK_ID]}}"')
         log = '"$folder/slurm/${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}'
-        worker = f'{_python(plan)} -u -m hpcdl.worker "$folder"'
+        worker = f'{_python(plan)} -u -m {WORKER} "$folder"'
         if plan.mpi:
             lines.append(f'{worker} >> {log}_0_log.out" 2>> {log}_0_log.err"')
         else:
@@ -228,6 +229,11 @@ def array_tasks(slurm_id: str) -> list[str]:
         if low.isdigit() and (not high or high.isdigit()):
             named += [f"{base}_{task}" for task in range(int(low), int(high or low) + 1)]
     return named
+
+
+def _run_worker(folder: str) -> None:
+    """What submitit runs in the job: the worker's run_job, found by its module's name as every start names it."""
+    importlib.import_module(WORKER).run_job(folder)
 
 
 def _executor_class() -> type:
@@ -282,6 +288,9 @@ class SlurmBackend:
     """sbatch through submitit's SlurmExecutor."""
 
     name = "slurm"
+    starts_ranks = False
+    stop_state = STOPPED
+    sweep_runner = False
 
     def check(self, plan: JobPlan, dry_run: bool = False) -> Optional[str]:
         """Compare the request with what the cluster has; ConfigError naming the option if it cannot run.
@@ -308,14 +317,12 @@ class SlurmBackend:
 
     def submit(self, plan: JobPlan, folder: Path) -> str:
         """sbatch the job's script (the one preview shows) through submitit; returns Slurm's job id."""
-        from hpcdl.worker import run_job
-
         executor = _executor_class()(sbatch_script(plan, folder), folder=folder / "slurm", python=_python(plan),
                                    max_num_timeout=0)
         executor.update_parameters(**sbatch_parameters(plan))
         try:
             with _outside_any_job():
-                job = executor.submit(run_job, str(folder))
+                job = executor.submit(_run_worker, str(folder))
         except Exception as e:  # submitit raises plain exceptions carrying sbatch's message
             raise SubmissionError(f"sbatch refused the job: {str(e).strip()}") from e
         return str(job.job_id)
@@ -373,7 +380,7 @@ class SlurmBackend:
         live: dict[str, str] = {}
         for line in queue.splitlines():
             slurm_id, state, reason = line.strip().split("|", 2)
-            if state == "PENDING" and reason not in ("", "None"):
+            if state == PENDING and reason not in ("", "None"):
                 state = f"{state} {reason}"
             live.update({job: state for job in ids.get(slurm_id, [])})
         gone = [slurm_id for slurm_id, jobs in ids.items() if jobs[0] not in live]
@@ -401,10 +408,24 @@ class SlurmBackend:
     def log_path(self, record: JobRecord, rank: int, stream: str) -> Path:
         """submitit's per-task log file of ``rank``."""
         if runs_under_runner(record):
-            return record.folder / LOGS / f"{stream}.log"
+            return record.folder / LOGS / stream_log(stream)
         suffix = "out" if stream == "stdout" else "err"
         return record.folder / "slurm" / f"{record.backend_id}_{rank}_log.{suffix}"
 
     def display_id(self, record: JobRecord) -> str:
         """Slurm's job id (a sweep's: its array ids)."""
         return record.backend_id or ""
+
+    def describe(self, backend_id: str) -> str:
+        """'Slurm job ID'."""
+        return f"Slurm job {backend_id}"
+
+    def describe_sweep(self, backend_id: str) -> str:
+        """The job arrays."""
+        return f"Slurm array(s) {backend_id}"
+
+    def requeue(self, job: str) -> Optional[str]:
+        """scontrol requeue: the job goes on from its checkpoint (Slurm runs it again with its restart count
+        raised); None once queued, else what scontrol said."""
+        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+        return None if done.returncode == 0 else f"scontrol requeue failed: {done.stderr.strip()}"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from hpcdl.store.atomic import atomic_write_text
+from hpcdl.store.files import RENDEZVOUS
 from hpcdl.errors import HpcdlError
 
 RENDEZVOUS_TIMEOUT_S = 300.0
@@ -82,7 +83,7 @@ def own_address() -> str:
 
 def _rendezvous(folder: Path, rank: int, key: str) -> tuple[str, int]:
     """Rank 0 publishes its address and a free port in ``folder``; the others wait for it."""
-    path = folder / f"rendezvous-{key}.json"
+    path = folder / RENDEZVOUS.format(key=key)
     if rank == 0:
         address = {"addr": own_address(), "port": free_port()}
         atomic_write_text(path, json.dumps(address))

@@ -29,11 +29,11 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from hpcdl.cluster.restarts import record_failure
+from hpcdl.distributed.restarts import record_failure
 from hpcdl.distributed.env import node_name
 from hpcdl.errors import FolderGoneError, HpcdlError
 from hpcdl.store.atomic import atomic_write_text, make_folder
-from hpcdl.store.files import HEARTBEATS
+from hpcdl.store.files import HEARTBEAT, HEARTBEATS
 from hpcdl.store.folders import read_json
 
 RUN_TOKEN = "HPCDL_RUN_TOKEN"
@@ -89,7 +89,7 @@ class _Ticker:
     """Rewrites this rank's heartbeat file (atomically, mode 0600, as every job file)."""
 
     def __init__(self, beats: Path, rank: int, token: str) -> None:
-        self.path, self.rank, self.token = beats / f"rank{rank}.json", rank, token
+        self.path, self.rank, self.token = beats / HEARTBEAT.format(rank=rank), rank, token
         self.host = node_name()
         self.pid, self.ticks = os.getpid(), 0
         self.lock = threading.Lock()
@@ -156,7 +156,7 @@ class Watcher:
         now = time.monotonic()
         for rank, (last, since) in self.seen.items():
             try:
-                beat = read_json(self.beats / f"rank{rank}.json")
+                beat = read_json(self.beats / HEARTBEAT.format(rank=rank))
             except (OSError, ValueError, HpcdlError):  # damaged, or not safe to read: judged by the next read
                 beat = last
             if beat is not None and beat.get("run") != self.token:

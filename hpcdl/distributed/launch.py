@@ -16,14 +16,10 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hpcdl.distributed.env import free_port
+from hpcdl.store.files import rank_log
 
 POLL_S = 0.1
 TERMINATE_WAIT_S = 10.0
-
-
-def rank_log(logs: Path, rank: int, stream: str) -> Path:
-    """Where rank ``rank``'s stdout or stderr goes when the launcher is given a logs folder."""
-    return logs / f"rank{rank}.{stream}.log"
 
 
 def launch_local(command: Sequence[str], nprocs: int, env: Optional[dict[str, str]] = None,

@@ -32,9 +32,23 @@ CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d{9})\.pt$")
 RANKS_DONE = "ranks-done"
 """One empty file per rank that returned; the rank that completes the set writes COMPLETED."""
 LOGS = "logs"
-"""The folder of a local job's stdout.log and stderr.log (and each rank's, rankN.stdout.log)."""
+"""The folder of a local job's stdout.log and stderr.log (stream_log; each rank's: rank_log), a runner's runner.log."""
+RANK_LOG = "rank{rank}.{stream}.log"
+"""In LOGS: rank ``rank``'s stdout or stderr when the job's ranks were started on this machine (rank_log)."""
+RUNNER_LOG = "runner.log"
+"""In LOGS of a local sweep: the output of the runner that runs its points."""
 HEARTBEATS = "heartbeats"
 """Each rank's rankN.json, rewritten every few seconds while it lives (hpcdl.distributed.heartbeat)."""
+HEARTBEAT = "rank{rank}.json"
+"""A rank's heartbeat file in HEARTBEATS."""
+RENDEZVOUS = "rendezvous-{key}.json"
+"""Rank 0's address and port for the others of one run (hpcdl.distributed.env)."""
+STOP_FLAG = "stop-requested"
+"""In the job folder, holding the run token: the worker of a script's rank got the stop signal."""
+STOPPED_AT = "stopped-at-rank{rank}.json"
+"""In the job folder: the step a script's rank stopped after (``hpcdl.stop``), with the run token."""
+HYDRA_TASK = "hydra-task-{num}.pkl"
+"""In a sweep's folder: the Hydra context and task function its points from ``num`` on run (hpcdl.sweep.launch)."""
 FUNCTION = "function.pkl"
 """hpcdl.batch: the pickled (fn, args, kwargs)."""
 CODE = "code"
@@ -45,8 +59,26 @@ FUNCTION_RESULT = "result.pkl"
 """hpcdl.batch: the pickled return value."""
 RANK_RESULTS = "rank-results"
 """hpcdl.batch(all_ranks=True): each rank's pickled return value, as N.pkl."""
+SUMMARY_CSV = "sweep-summary.csv"
+"""In a sweep's folder: one row per point (jobs sweep --csv)."""
+SUMMARY_PLOT = "sweep-curves.png"
+"""In a sweep's folder: the points' curves in one plot (jobs sweep --plot)."""
+CANCELLED_MARK = "cancelled"
+"""A file in a sweep's folder once it was cancelled: later batches of its sweeper are refused."""
+INDEX_ROWS = "rows.jsonl"
+"""In a store's index folder: one row per job (hpcdl.store.index)."""
 RESULTS = (MODEL, INFO, RESULT, METRICS, PLOT)
 """What jobs fetch copies of a training job."""
+
+
+def stream_log(stream: str) -> str:
+    """A job's stdout.log or stderr.log in LOGS (``stream``: 'stdout' or 'stderr')."""
+    return f"{stream}.log"
+
+
+def rank_result(rank: int) -> str:
+    """Rank ``rank``'s pickled return value in the job folder (hpcdl.batch(all_ranks=True))."""
+    return f"{RANK_RESULTS}/{rank}.pkl"
 
 
 def checkpoint_file(folder: Path, iteration: int) -> Path:
@@ -62,3 +94,8 @@ def checkpoint_files(folder: Path) -> list[tuple[int, Path]]:
         if match:
             found.append((int(match.group(1)), path))
     return sorted(found)
+
+
+def rank_log(logs: Path, rank: int, stream: str) -> Path:
+    """Where rank ``rank``'s stdout or stderr goes when the launcher is given a logs folder."""
+    return logs / RANK_LOG.format(rank=rank, stream=stream)

@@ -22,12 +22,9 @@ from hpcdl.store.atomic import atomic_write_text
 from hpcdl.store.changes import note_change
 from hpcdl.errors import HpcdlError
 from hpcdl.store.files import FINAL, MANIFEST, STATUS
+from hpcdl.store.states import DAMAGED, FINAL_STATES, UNKNOWN
 from hpcdl.store.safety import NotRegularFileError, check_job_key, check_store, open_folder, read_job_file
 
-FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "STOPPED", "OUT_OF_MEMORY", "NODE_FAIL", "LOST",
-                "INTERRUPTED")
-DAMAGED = "DAMAGED"
-"""The state of a job whose manifest or status files cannot be read: shown, never acted on."""
 MANIFEST_KEYS = {"id": str, "name": str, "kind": str, "profile": str, "plan": dict, "submitted_at": (int, float)}
 DEFAULT_ROOT = Path("~/.hpcdl/jobs")
 ROOTS_FILE = Path("~/.hpcdl/stores")
@@ -105,10 +102,10 @@ class JobRecord:
     folder: Path
     manifest: dict[str, Any]
     status: dict[str, Any]
-    state: str = "UNKNOWN"
+    state: str = UNKNOWN
     reason: str = ""
     progress: Optional[dict[str, Any]] = None
-    """The progress view (hpcdl.store.follow.progress) when a listing took it from the store's index."""
+    """The progress view (hpcdl.store.metrics.progress) when a listing took it from the store's index."""
     waiting_for: str = ""
     """Why the scheduler keeps a PENDING job waiting, in its own word (Slurm's: Resources, Priority, ...)."""
 

@@ -24,10 +24,10 @@ from typing import Any, Iterator, Optional
 
 from hpcdl.store.atomic import atomic_write_text
 from hpcdl.store.changes import MARK, index_folder, note_change, open_index
+from hpcdl.store.files import INDEX_ROWS
 from hpcdl.store.folders import DAMAGED, FINAL_STATES, JobRecord, load_record
 from hpcdl.store.safety import JOB_KEY, UnsafeFolderError, unsafe_reason
 
-ROWS = "rows.jsonl"
 LOCK = "lock"
 VERSION = 1
 _FIELDS = ("id", "mtime_ns", "uid", "state", "reason", "submitted_at", "name", "kind", "profile", "backend",
@@ -54,7 +54,7 @@ def valid_row(row: Any) -> bool:
 
 def row_of(record: JobRecord, mtime_ns: int) -> Row:
     """The index row of a job read from its folder (its progress taken from the run's metrics summary)."""
-    from hpcdl.store.follow import progress
+    from hpcdl.store.metrics import progress
 
     view: dict[str, Any] = {}
     if record.state != DAMAGED and record.manifest.get("kind") != "sweep":
@@ -151,7 +151,7 @@ def _saved_rows(fd: int) -> dict[str, Row]:
     """The rows of rows.jsonl that pass their checks (none when it is missing, of another version or not
     this user's alone)."""
     try:
-        file = os.open(ROWS, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        file = os.open(INDEX_ROWS, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
     except FileNotFoundError:
         return {}
     with os.fdopen(file, "rb") as f:
@@ -170,7 +170,7 @@ def _saved_rows(fd: int) -> dict[str, Row]:
 def _write_rows(root: Path, rows: list[Row]) -> None:
     lines = [json.dumps({"version": VERSION, "uid": os.getuid()})]
     lines += [json.dumps(row, separators=(",", ":")) for row in rows]
-    atomic_write_text(index_folder(root) / ROWS, "\n".join(lines) + "\n")
+    atomic_write_text(index_folder(root) / INDEX_ROWS, "\n".join(lines) + "\n")
 
 
 def _sort_key(row: Row) -> float:

@@ -18,7 +18,9 @@ from typing import Any, Iterable, Optional
 from hpcdl.errors import FolderGoneError
 from hpcdl.store.atomic import atomic_open, atomic_write_text
 from hpcdl.store.files import METRICS, METRICS_SUMMARY, REPORT_FIELDS
+from hpcdl.store.folders import JobRecord
 from hpcdl.store.safety import open_job_file, read_job_file
+from hpcdl.store.states import COMPLETED
 
 SUMMARY_INTERVAL_S = 5.0
 """How often a run rewrites its summary while it appends records (and once more when it closes)."""
@@ -148,3 +150,54 @@ class MetricsLog:
         """Save the summary and close the file."""
         self.save()
         self.file.close()
+
+
+def read_records(record: JobRecord) -> list[dict[str, Any]]:
+    """Every metrics record of a job (for plots: listings read its summary)."""
+    try:
+        with open_job_file(record.folder, METRICS) as f:
+            lines = f.read().decode(errors="replace").splitlines()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:  # a line still being written
+            continue
+    return records
+
+
+def progress(record: JobRecord) -> dict[str, Any]:
+    """Fraction done, last epoch/iteration/loss/accuracy and best validation accuracy of a job: a training job's
+    epochs of training.max_epochs, or what the user's code reported (step of total, its own metrics); from the
+    run's metrics summary (a listing's record carries it from the store's index)."""
+    view = dict(record.progress) if record.progress is not None else _view(record, read_summary(record.folder))
+    if record.state == COMPLETED:
+        view["fraction"] = 1.0
+    return view
+
+
+def _view(record: JobRecord, summary: MetricsSummary) -> dict[str, Any]:
+    trainer = record.manifest.get("kind") not in ("entry", "script", "function")
+    config = record.plan.get("config") or {}
+    max_epochs = (config.get("training") or {}).get("max_epochs") if trainer else None
+    view: dict[str, Any] = {"max_epochs": max_epochs}
+    last = summary.last
+    if last is not None:
+        view.update(epoch=last["epoch"], iteration=last["iteration"], loss=last["loss"], accuracy=last["accuracy"],
+                    total=last["total"])
+        if not trainer:
+            view["metrics"] = last["metrics"]
+        if last.get("total"):  # the trainer's iterations in all, or hpcdl.report(..., total=N) from the user's code
+            view["fraction"] = min(1.0, last["iteration"] / last["total"])
+        elif max_epochs:
+            if summary.per_epoch:
+                view["total"] = round(summary.per_epoch * max_epochs)
+                view["fraction"] = min(1.0, last["iteration"] / (summary.per_epoch * max_epochs))
+            else:
+                view["fraction"] = (last["epoch"] - 1) / max_epochs
+    if summary.best_validation_accuracy is not None:
+        view["best_validation_accuracy"] = summary.best_validation_accuracy
+        view["validation_accuracy"] = summary.validation_accuracy
+    return view

@@ -17,11 +17,13 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+from hpcdl.cluster import backend_for
 from hpcdl.errors import ConfigError, JobFailedError
 from hpcdl.plan import JobPlan, resolve, resolve_function
-from hpcdl.store.files import FUNCTION_RESULT, RESULT
+from hpcdl.store.files import FUNCTION_RESULT, HYDRA_TASK, RESULT
 from hpcdl.store.folders import JobRecord, load_record, read_json, remove_job_folder
 from hpcdl.store.safety import load_pickle
+from hpcdl.store.states import COMPLETED
 from hpcdl.sweep.hydra_task import run_point
 from hpcdl.sweep.points import PlainPoint, hydra_files, install, task_config
 from hpcdl.sweep.submit import Sweep, SweepOptions, SweepPoint, add_points, open_sweep
@@ -68,7 +70,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
             return [_job_return(JobReturn, point, None, None) for point in ready[:len(job_overrides)]]
         records = follow_points([load_record(launcher.sweep.folder.parent / p.id) for p in ready], launcher.poll_s)
     if hasattr(launcher.task_function, "hpcdl_script_args"):  # hpcdl.submit -m ... wait=true: the points' table
-        from hpcdl.store.sweeps import format_table, summary
+        from hpcdl.lifecycle.sweep_report import format_table, summary
 
         print(format_table(summary(records)), flush=True)
     composer = install(launcher.hydra_context.config_loader)
@@ -185,7 +187,7 @@ def _share_task(launcher: Any, sweep: Sweep, first_num: int) -> str:
 
     from hpcdl.store.atomic import atomic_save
 
-    name = f"hydra-task-{first_num}.pkl"
+    name = HYDRA_TASK.format(num=first_num)
     bases = install(launcher.hydra_context.config_loader).bases
     shared = (_without_memory(launcher.hydra_context), launcher.task_function, Singleton.get_state(), bases)
     atomic_save(sweep.folder / name, lambda f: cloudpickle.dump(shared, f))
@@ -264,9 +266,8 @@ def _sweep_name(config: Any, own_app: bool) -> str:
 
 
 def _announce(sweep: Sweep, records: list[Any], waiting: bool) -> None:
-    where = sweep.manifest.get("backend_id") or "-"
-    backend = sweep.manifest["plan"]["cluster"]["backend"]
-    handed = f"Slurm array(s) {where}" if backend == "slurm" else f"a background runner on {os.uname().nodename}"
+    handed = backend_for(sweep.manifest["plan"]["cluster"]["backend"]).describe_sweep(
+        sweep.manifest.get("backend_id") or "-")
     print(f"Submitted sweep {sweep.id}: {len(records)} point(s) ({records[0].id} ...) as {handed}\n"
           f"  points:   python -m hpcdl.jobs show {sweep.id}\n"
           f"  results:  python -m hpcdl.jobs fetch {sweep.id}"
@@ -293,7 +294,7 @@ def _job_return(job_return: type, point: "_Checked", sweep_config: Any, record: 
             pass
     result = job_return(overrides=list(point.overrides), cfg=task_config(sweep_config), hydra_cfg=sweep_config,
                         working_dir=point.output_dir, task_name=str(sweep_config.hydra.job.name))
-    if record.state == "COMPLETED":
+    if record.state == COMPLETED:
         result.status = JobStatus.COMPLETED
         result._return_value = read_json(record.folder / RESULT) if record.manifest["kind"] == "train" else None
     else:

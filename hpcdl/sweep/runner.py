@@ -20,11 +20,13 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from hpcdl.cluster.restarts import is_earlier_runs_failure, record_failure
+from hpcdl.cluster import WORKER
+from hpcdl.distributed.restarts import is_earlier_runs_failure, record_failure
 from hpcdl.distributed.env import free_port
 from hpcdl.errors import HpcdlError
-from hpcdl.store.files import FINAL, LOGS, MANIFEST, STATUS
+from hpcdl.store.files import FINAL, LOGS, MANIFEST, STATUS, stream_log
 from hpcdl.store.folders import read_json
+from hpcdl.store.states import CANCELLED, REQUEUED
 from hpcdl.store.sweeps import handed_over
 
 POLL_S = 0.2
@@ -92,8 +94,8 @@ class Runner:
         gpus, self.free_gpus = self.free_gpus[:need], self.free_gpus[need:]
         logs = folder / LOGS
         logs.mkdir(mode=0o700, exist_ok=True)
-        with open(logs / "stdout.log", "ab") as out, open(logs / "stderr.log", "ab") as err:
-            process = subprocess.Popen([sys.executable, "-u", "-m", "hpcdl.worker", str(folder)],
+        with open(logs / stream_log("stdout"), "ab") as out, open(logs / stream_log("stderr"), "ab") as err:
+            process = subprocess.Popen([sys.executable, "-u", "-m", WORKER, str(folder)],
                                        env=self._environment(plan, gpus), stdin=subprocess.DEVNULL,
                                        stdout=out, stderr=err, preexec_fn=os.setpgrp)  # own group, same session
         self.running[process] = (folder, gpus)
@@ -104,7 +106,7 @@ class Runner:
 
     def _end_cancelled(self) -> None:
         for process, (folder, _) in self.running.items():
-            if process.poll() is None and _final_state(folder) == "CANCELLED":
+            if process.poll() is None and _final_state(folder) == CANCELLED:
                 _end_group(process)
 
     def _reap(self) -> None:
@@ -115,7 +117,7 @@ class Runner:
             self.free_gpus += gpus
             if self.stopping:  # ended by the scheduler (scancel, time limit): the listing asks it how
                 continue
-            if _final_state(folder) is None and (read_json(folder / STATUS) or {}).get("state") != "REQUEUED":
+            if _final_state(folder) is None and (read_json(folder / STATUS) or {}).get("state") != REQUEUED:
                 how = f"killed by signal {-process.returncode}" if process.returncode < 0 \
                     else f"exited with code {process.returncode}"
                 with contextlib.suppress(OSError, HpcdlError):

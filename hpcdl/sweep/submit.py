@@ -24,8 +24,9 @@ from hpcdl.store.atomic import atomic_write_text, sync_filesystem, write_unsynce
 from hpcdl.store.files import FUNCTION, MANIFEST
 from hpcdl.store.folders import (JobRecord, new_job_folder, new_named_folder, remember_root, remove_job_folder,
                                  store_root, write_json)
-from hpcdl.store.sweeps import CANCELLED_MARK, SUBMITTING, SWEEP
-from hpcdl.submission import job_manifest, runs_user_code
+from hpcdl.store.files import CANCELLED_MARK
+from hpcdl.store.sweeps import SUBMITTING_MARK, SWEEP
+from hpcdl.lifecycle.submission import job_manifest, runs_user_code
 
 HYDRA_FOLDER = ".hydra"
 
@@ -83,7 +84,7 @@ def open_sweep(plan: JobPlan, name: str, overrides: Sequence[str], multirun_yaml
         raise SubmissionError(f"cannot write the job store {root}: {e.strerror or e}; nothing was submitted") from e
     manifest = {**job_manifest(sweep_id, plan, overrides, None), "kind": SWEEP, "name": name,
                 "plan": {"cluster": dataclasses.asdict(plan.cluster)}, "points": [], "backend_id": None,
-                SUBMITTING: 0}
+                SUBMITTING_MARK: 0}
     try:
         write_json(folder / MANIFEST, manifest)  # first: killed from here on, the sweep is listed INTERRUPTED
         if multirun_yaml is not None:
@@ -104,13 +105,14 @@ def check_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptio
         raise SubmissionError(f"sweep {sweep.id} was cancelled: it takes no more points")
     first = points[0].plan.cluster
     own = sweep.manifest["plan"]["cluster"]
+    backend = backend_for(first.backend)
     for point in points:
         profile = point.plan.cluster
         if (profile.backend, profile.store) != (own["backend"], own["store"]):
             raise ConfigError(f"point {point.num} ({' '.join(point.overrides)}): a sweep runs on one cluster "
                               f"backend and store; it has {profile.backend} {profile.store or '(default store)'}, "
                               f"the sweep {own['backend']} {own['store'] or '(default store)'}")
-        if profile.backend == "local" and point.plan.gpus is not None:
+        if backend.sweep_runner and point.plan.gpus is not None:
             raise ConfigError(f"training.gpus={list(point.plan.gpus)}: a local sweep gives each point GPUs of its "
                               "own (one per rank); leave training.gpus unset")
         if options.points_per_task > 1 and point.plan.world_size > 1:
@@ -119,7 +121,6 @@ def check_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptio
         check_no_secret_values(list(point.overrides), "overrides", profile.secrets)
     if options.points_per_task > 1:
         _note_rounds(first, options.points_per_task)
-    backend = backend_for(first.backend)
     checked: set[str] = set()
     for point in points:
         key = json.dumps(dataclasses.asdict(point.plan.cluster), sort_keys=True) + str(point.plan.time_limit_s)
@@ -141,7 +142,7 @@ def _note_rounds(profile: Any, points_per_task: int) -> None:
 def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions) -> None:
     """Write the points into the store and hand them to the scheduler, as one submission.
 
-    The sweep's manifest names every point first, marked as a submission under way (``SUBMITTING``), then the
+    The sweep's manifest names every point first, marked as a submission under way (``SUBMITTING_MARK``), then the
     points are written in bulk (one sync for all), handed over, and the mark removed. If anything fails here,
     what was written is removed (the points first) and the sweep's manifest is as it was; a submitter killed
     on the way leaves a sweep its id names, INTERRUPTED, whose points never run (hpcdl.store.sweeps).
@@ -152,13 +153,13 @@ def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions
     try:
         check_points(sweep, points, options)
         backend = backend_for(points[0].plan.cluster.backend)
-        runner = backend.name == "local" or options.points_per_task > 1
+        runner = backend.sweep_runner or options.points_per_task > 1
         code = sweep.manifest.get("snapshot")
         if code is None and any(runs_user_code(p.plan) for p in points):
             code = take_snapshot(Path.cwd(), sweep.folder, points[0].plan.cluster.snapshot_limit_mb)
             sweep.manifest["snapshot"] = code
         ids = [f"{sweep.id}_{point.num}" for point in points]
-        sweep.manifest.update(points=[*before["points"], *ids], **{SUBMITTING: len(ids)})
+        sweep.manifest.update(points=[*before["points"], *ids], **{SUBMITTING_MARK: len(ids)})
         write_json(sweep.folder / MANIFEST, sweep.manifest)
         manifests = []
         common: dict[int, dict[str, Any]] = {}  # one manifest body per distinct plan, not a plan.to_dict() a point
@@ -186,7 +187,7 @@ def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions
             manifest["backend_id"] = backend_id  # a point runs once its manifest has it (hpcdl.store.sweeps)
             write_unsynced(folder / MANIFEST, _json(manifest))
         sync_filesystem(root)
-        del sweep.manifest[SUBMITTING]
+        del sweep.manifest[SUBMITTING_MARK]
         write_json(sweep.folder / MANIFEST, sweep.manifest)
     except BaseException as e:
         if handed_to is not None:  # the scheduler has them, their record failed: they must not run unseen

@@ -46,7 +46,7 @@ def cancelled_if_interrupted(sweep_folder: Path, waiting: bool) -> Iterator[None
     except BaseException:
         sweep = load_record(sweep_folder) if waiting else None
         if sweep is not None:
-            from hpcdl.store.job import Job
+            from hpcdl.lifecycle.job import Job
 
             print(f"cancelling sweep {sweep.id}: its points that have not ended", file=sys.stderr, flush=True)
             Job(sweep).cancel()
@@ -55,7 +55,7 @@ def cancelled_if_interrupted(sweep_folder: Path, waiting: bool) -> Iterator[None
 
 def follow_points(records: list[JobRecord], poll_s: float) -> list[JobRecord]:
     """Wait until every point has ended; their fresh records, in order."""
-    from hpcdl.store.states import resolve_states
+    from hpcdl.lifecycle.states import resolve_states
 
     fresh = list(records)
     started = asked = time.monotonic()

@@ -20,6 +20,7 @@ from typing import Any, Optional
 from hpcdl.store.files import FINAL
 from hpcdl.store.folders import read_json
 from hpcdl.store.safety import UnsafeFolderError
+from hpcdl.store.states import FAILED, NODE_FAIL
 from hpcdl.store.status import withdraw_final, write_final
 
 QUERY_TIMEOUT_S = 30
@@ -60,7 +61,7 @@ def how_run_ended(run: int) -> Optional[str]:
         return None
     state, start, end, nodes = runs[run].split("|")
     state = state.split()[0]
-    if state != "NODE_FAIL":
+    if state != NODE_FAIL:
         return state
     with contextlib.suppress(ValueError):  # the node is marked down as the run ends: a minute's margin
         end = (datetime.datetime.fromisoformat(end) + datetime.timedelta(minutes=1)).isoformat(timespec="seconds")
@@ -94,13 +95,13 @@ def record_failure(folder: Path, reason: str, **fields: Any) -> bool:
         print(f"[hpcdl] {reason}; Slurm has queued the job again: it goes on from its newest checkpoint",
               file=sys.stderr, flush=True)
         return False
-    return write_final(folder, "FAILED", reason=reason, slurm_job=this_job(), restarts=this_run(), **fields)
+    return write_final(folder, FAILED, reason=reason, slurm_job=this_job(), restarts=this_run(), **fields)
 
 
 def is_earlier_runs_failure(final: dict[str, Any]) -> bool:
     """Whether ``final`` (a final.json) is the FAILED of an earlier run of this Slurm job, which a restart of the
     job overrides (not a cancel's, not this run's, not another job's)."""
-    return (final.get("state") == "FAILED" and final.get("slurm_job") is not None
+    return (final.get("state") == FAILED and final.get("slurm_job") is not None
             and final.get("slurm_job") == this_job() and isinstance(final.get("restarts"), int)
             and final["restarts"] < this_run())
 

@@ -19,7 +19,8 @@ from hpcdl.store.files import CHECKPOINTS, FINAL, FUNCTION, MANIFEST, checkpoint
 from hpcdl.store.folders import JobRecord, new_job_folder, remember_root, remove_job_folder, store_root, write_json
 from hpcdl.plan import JobPlan, resolve_function
 from hpcdl.snapshot import take_snapshot
-from hpcdl.store.job import Job
+from hpcdl.lifecycle.job import Job
+from hpcdl.store.states import CANCELLED, FAILED, LOST, NODE_FAIL, PENDING, STOPPED, TIMEOUT
 from hpcdl.store.status import forget_ranks_of_last_run
 
 
@@ -93,10 +94,10 @@ def submit_job(plan: JobPlan, *, overrides: Sequence[str] = (),
                                   "submitted") from e
         raise
     remember_root(root)
-    return Job(JobRecord(folder, manifest, {}, state="PENDING"))
+    return Job(JobRecord(folder, manifest, {}, state=PENDING))
 
 
-RESUMABLE = ("TIMEOUT", "STOPPED", "FAILED", "CANCELLED", "NODE_FAIL", "LOST")
+RESUMABLE = (TIMEOUT, STOPPED, FAILED, CANCELLED, NODE_FAIL, LOST)
 """Final states a training job may go on from (its checkpoint is kept in the job folder)."""
 
 
@@ -132,7 +133,7 @@ def resume_job(job: Job, time_limit: Optional[str] = None) -> Job:
     (record.folder / FINAL).unlink(missing_ok=True)  # the job is SUBMITTING again, then runs
     manifest["backend_id"] = backend.submit(plan, record.folder)
     write_json(record.folder / MANIFEST, manifest)
-    return Job(JobRecord(record.folder, manifest, {}, state="PENDING"))
+    return Job(JobRecord(record.folder, manifest, {}, state=PENDING))
 
 
 def batch(fn: Callable[..., Any], *args: Any, cluster: str = "local", name: Optional[str] = None,

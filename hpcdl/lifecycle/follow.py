@@ -1,69 +1,15 @@
-"""Following a job: its progress from the metrics file, a live progress line, the end result."""
+"""Following a job: its progress in words, a live progress line, the end result (the progress itself: store.metrics)."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any, Optional, TextIO
 
-from hpcdl.store.job import Job
-from hpcdl.store.files import METRICS
+from hpcdl.lifecycle.job import Job
 from hpcdl.store.folders import JobRecord
-from hpcdl.store.metrics import MetricsSummary, read_summary
-from hpcdl.store.safety import open_job_file
+from hpcdl.store.metrics import progress
 from hpcdl.store.sweeps import is_sweep, points_done
-
-
-def read_records(record: JobRecord) -> list[dict[str, Any]]:
-    """Every metrics record of a job (for plots: listings read its summary, hpcdl.store.metrics)."""
-    try:
-        with open_job_file(record.folder, METRICS) as f:
-            lines = f.read().decode(errors="replace").splitlines()
-    except FileNotFoundError:
-        return []
-    records = []
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:  # a line still being written
-            continue
-    return records
-
-
-def progress(record: JobRecord) -> dict[str, Any]:
-    """Fraction done, last epoch/iteration/loss/accuracy and best validation accuracy of a job: a training job's
-    epochs of training.max_epochs, or what the user's code reported (step of total, its own metrics); from the
-    run's metrics summary (a listing's record carries it from the store's index)."""
-    view = dict(record.progress) if record.progress is not None else _view(record, read_summary(record.folder))
-    if record.state == "COMPLETED":
-        view["fraction"] = 1.0
-    return view
-
-
-def _view(record: JobRecord, summary: MetricsSummary) -> dict[str, Any]:
-    trainer = record.manifest.get("kind") not in ("entry", "script", "function")
-    config = record.plan.get("config") or {}
-    max_epochs = (config.get("training") or {}).get("max_epochs") if trainer else None
-    view: dict[str, Any] = {"max_epochs": max_epochs}
-    last = summary.last
-    if last is not None:
-        view.update(epoch=last["epoch"], iteration=last["iteration"], loss=last["loss"], accuracy=last["accuracy"],
-                    total=last["total"])
-        if not trainer:
-            view["metrics"] = last["metrics"]
-        if last.get("total"):  # the trainer's iterations in all, or hpcdl.report(..., total=N) from the user's code
-            view["fraction"] = min(1.0, last["iteration"] / last["total"])
-        elif max_epochs:
-            if summary.per_epoch:
-                view["total"] = round(summary.per_epoch * max_epochs)
-                view["fraction"] = min(1.0, last["iteration"] / (summary.per_epoch * max_epochs))
-            else:
-                view["fraction"] = (last["epoch"] - 1) / max_epochs
-    if summary.best_validation_accuracy is not None:
-        view["best_validation_accuracy"] = summary.best_validation_accuracy
-        view["validation_accuracy"] = summary.validation_accuracy
-    return view
 
 
 def progress_words(view: dict[str, Any]) -> str:

@@ -12,13 +12,15 @@ from typing import Any, Optional
 
 from hpcdl.cluster import backend_for
 from hpcdl.errors import HpcdlError, JobFailedError
-from hpcdl.store.files import FUNCTION_RESULT, RANK_RESULTS, RESULT
+from hpcdl.store.files import FUNCTION_RESULT, RESULT, rank_result
 from hpcdl.store.folders import DAMAGED, JobRecord, find, load_record, read_json
 from hpcdl.store.safety import load_pickle, read_job_file
-from hpcdl.store.states import resolve_states, resolve_sweep
+from hpcdl.lifecycle.states import resolve_states, resolve_sweep
+from hpcdl.store.states import CANCELLED, COMPLETED, INTERRUPTED
 from hpcdl.store.status import withdraw_final, write_final
 from hpcdl.store.atomic import create_once, sync_filesystem
-from hpcdl.store.sweeps import CANCELLED_MARK, INTERRUPTED, is_sweep, remove_interrupted
+from hpcdl.store.files import CANCELLED_MARK
+from hpcdl.store.sweeps import is_sweep, remove_interrupted
 
 POLL_S = 1.0
 
@@ -106,7 +108,7 @@ class Job:
         store (what the scheduler has of it ended first): True then."""
         if is_sweep(self._record):
             return self._cancel_sweep()
-        if self.done() or not write_final(self.folder, "CANCELLED", reason="cancelled with hpcdl"):
+        if self.done() or not write_final(self.folder, CANCELLED, reason="cancelled with hpcdl"):
             return False
         if self._record.backend_id is None:  # still being submitted: the job finds CANCELLED when it starts
             return False
@@ -137,7 +139,7 @@ class Job:
         if record.final:
             return False
         marked = [p for p in points if not p.final and write_final(
-            p.folder, "CANCELLED", durable=False, reason=f"sweep {record.id} cancelled with hpcdl")]
+            p.folder, CANCELLED, durable=False, reason=f"sweep {record.id} cancelled with hpcdl")]
         sync_filesystem(record.folder.parent)  # every point's CANCELLED at once, not an fsync a point
         try:
             for part in handed:
@@ -162,12 +164,12 @@ class Job:
         state = self.wait(timeout)
         if state == DAMAGED:
             raise HpcdlError(f"job {self.id}: its record in {self.folder} is damaged: {self._record.reason}")
-        if state != "COMPLETED":
+        if state != COMPLETED:
             raise JobFailedError(f"job {self.id} ended {state}: {self._record.reason}", self.error())
         if self.manifest["kind"] == "train":
             return read_json(self.folder / RESULT)
         if self._record.plan.get("gather_results"):
-            return [load_pickle(self.folder, f"{RANK_RESULTS}/{rank}.pkl")
+            return [load_pickle(self.folder, rank_result(rank))
                     for rank in range(self._record.plan["world_size"])]
         return load_pickle(self.folder, FUNCTION_RESULT)
 

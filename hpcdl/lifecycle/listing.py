@@ -1,0 +1,119 @@
+"""What a listing shows: the jobs of the stores' indexes that a filter selects, their states asked afresh; cleaning
+up the jobs that ended long ago."""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+import secrets
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+from hpcdl.errors import HpcdlError
+from hpcdl.lifecycle.states import resolve_states
+from hpcdl.store.changes import note_change
+from hpcdl.store.folders import DAMAGED, FINAL_STATES, JobRecord
+from hpcdl.store.index import ID, KIND, NAME, STATE, SUBMITTED, SWEEP, UID, Row, confirmed, is_open
+from hpcdl.store.listing import foreign_record, row_record, stored_rows, user_name
+from hpcdl.store.sweeps import point_ids, sweep_id_of
+
+
+@dataclass
+class Selection:
+    """The records a listing shows, oldest first, with each shown sweep's points and notes for stderr."""
+
+    records: list[JobRecord] = field(default_factory=list)
+    points: dict[str, list[JobRecord]] = field(default_factory=dict)
+    owners: dict[str, str] = field(default_factory=dict)
+    """The owner of each record shown, when other users' jobs were asked for (``--all``, ``--user``)."""
+    skipped: list[str] = field(default_factory=list)
+
+
+def select(roots: Optional[Iterable[Path]] = None, *, state: Optional[str] = None, name: Optional[str] = None,
+           users: Optional[set[int]] = None, everyone: bool = False, since: Optional[float] = None,
+           limit: int = 0, with_points: bool = False) -> Selection:
+    """The jobs a listing shows: this user's (or those of ``users``, or ``everyone``'s), submitted since
+    ``since``, whose name matches ``name`` (substring or glob) and whose state is ``state``; the newest
+    ``limit``. A sweep's points are shown with it only when ``with_points``; its counts are of all of them."""
+    selection, me = Selection(), os.getuid()
+    users = {me} if users is None else users
+    rows = [(root, row) for root, row in stored_rows(roots, selection.skipped)
+            if (everyone or row[UID] in users) and (since is None or row[SUBMITTED] >= since)
+            and (not name or fnmatch.fnmatch(row[NAME], name) or name in row[NAME])]
+    mine = {row[ID]: (root, row) for root, row in rows if row[UID] == me}
+    sweeps = {i for i, (_, row) in mine.items() if row[KIND] == "sweep"}
+    in_sweep = {i for i, (_, row) in mine.items() if row[SWEEP] is not None and row[SWEEP].get("id") in sweeps}
+    # asked afresh: the jobs not ended, the sweeps and their points (a sweep's state is its points')
+    records = {i: row_record(*mine[i]) for i in mine if is_open(mine[i][1]) or i in sweeps or i in in_sweep}
+    known = {i: r for i, r in records.items() if r is not None}
+    resolve_states(list(known.values()))
+    for i, record in known.items():
+        mine[i][1][STATE] = record.state
+    if state:
+        rows = [(root, row) for root, row in rows if row[STATE] == state.upper()]
+    if not with_points:
+        rows = [(root, row) for root, row in rows if row[ID] not in in_sweep]
+    for root, row in rows[-limit:] if limit else rows:
+        record = _shown(root, row, known, selection)
+        if record is None:
+            continue
+        selection.records.append(record)
+        if everyone or users != {os.getuid()}:
+            selection.owners[record.id] = user_name(row[UID])
+        if record.id in sweeps and record.state != DAMAGED:
+            with contextlib.suppress(ValueError, HpcdlError):
+                selection.points[record.id] = [known[p] for p in point_ids(record) if p in known]
+    return selection
+
+
+def _shown(root: Path, row: Row, known: dict[str, JobRecord], selection: Selection) -> Optional[JobRecord]:
+    """The record of a row about to be shown, once its folder confirms the row (read again if it does not)."""
+    if row[UID] != os.getuid():
+        return foreign_record(root, row)
+    if row[ID] in known:
+        return known[row[ID]]
+    fresh = confirmed(root, row, selection.skipped)
+    if fresh is None:
+        return None
+    record = row_record(root, fresh)
+    if record is not None and is_open(fresh):
+        resolve_states([record])
+    return record
+
+
+def clean(older_than_s: float, state: Optional[str] = None, roots: Optional[Iterable[Path]] = None,
+          dry_run: bool = False) -> list[JobRecord]:
+    """Remove this user's jobs that ended more than ``older_than_s`` ago (in ``state`` when given); a sweep
+    goes with its points, a point only with its sweep; never a job that has not ended, never a DAMAGED one,
+    never another user's. Returns those removed (with ``dry_run``, those that would be)."""
+    selection = select(roots, state=state, with_points=True)
+    cutoff = time.time() - older_than_s
+    by_id = {r.id: r for r in selection.records}
+    removed = []
+    for record in selection.records:
+        points = selection.points.get(record.id, [])
+        if sweep_id_of(record) in by_id or record.state not in FINAL_STATES:
+            continue  # a point goes with its sweep; a job not ended stays
+        ended = [p.status.get("ended_at") or p.manifest["submitted_at"] for p in (record, *points)]
+        if any(p.state not in FINAL_STATES for p in points) or max(ended) > cutoff:
+            continue
+        if not dry_run:
+            for job in (*points, record):
+                _remove(job.folder)
+        removed.append(record)
+    return removed
+
+
+def _remove(folder: Path) -> None:
+    """Take ``folder`` out of the store at once (renamed to a hidden name), then delete it."""
+    aside = folder.with_name(f".removing-{folder.name}-{secrets.token_hex(4)}")
+    try:
+        os.rename(folder, aside)
+    except FileNotFoundError:
+        return
+    note_change(folder)
+    shutil.rmtree(aside, ignore_errors=True)
