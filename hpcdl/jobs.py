@@ -202,7 +202,8 @@ def _show(job: "Job") -> int:
           f"{m['submitted_from']['host']}:{m['submitted_from']['cwd']}\n"
           f"elapsed   {_elapsed(record.status) or '-'}  host {record.status.get('host', '-')}  "
           f"restarts {record.status.get('restarts', 0)}\n"
-          f"git       {(m.get('git') or {}).get('commit', '-')}{' (dirty)' if (m.get('git') or {}).get('dirty') else ''}\n"
+          f"git       {(m.get('git') or {}).get('commit', '-')}"
+          f"{' (dirty)' if (m.get('git') or {}).get('dirty') else ''}\n"
           f"overrides {' '.join(m.get('overrides') or []) or '-'}\n"
           f"folder    {record.folder}")
     code = m.get("snapshot")
@@ -455,7 +456,8 @@ def parser() -> argparse.ArgumentParser:
     listing.set_defaults(run=cmd_list)
     cleaning = verbs.add_parser("clean", help="remove your jobs that ended long ago")
     cleaning.add_argument("--older-than", required=True, help="ended more than this long ago: 30d, 12h, ...")
-    cleaning.add_argument("--state", type=_state_name, help="only jobs that ended in this state (FAILED, CANCELLED, ...)")
+    cleaning.add_argument("--state", type=_state_name,
+                          help="only jobs that ended in this state (FAILED, CANCELLED, ...)")
     cleaning.add_argument("--dry-run", action="store_true", help="only say which jobs would be removed")
     cleaning.set_defaults(run=cmd_clean)
     for verb, run, text in (("show", cmd_show, "everything known of a job"),

@@ -196,13 +196,13 @@ def indexed_rows(root: Path, skipped: Optional[list[str]] = None) -> list[Row]:
         with _locked(fd) as writable:
             rows = _saved_rows(fd) if fd is not None else {}
             marks = [entry.name for entry in os.scandir(fd) if entry.name.endswith(MARK)] if fd is not None else []
-            again = {name for name in names if name not in rows or is_open(rows[name])}
+            again = (names - rows.keys()) | {name for name, row in rows.items() if is_open(row)}
             for mark in marks:
                 if writable:  # removed before its folder is read: a change made meanwhile marks it anew
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(mark, dir_fd=fd)
                 again.add(mark[:-len(MARK)])
-            changed = bool(marks) or any(name not in names for name in rows)
+            changed = bool(marks) or not rows.keys() <= names
             for name in again & names:
                 row = read_row(root, name, skipped)
                 if row is None:  # no job (yet), or a folder that is not this user's alone: noted each time
@@ -210,7 +210,8 @@ def indexed_rows(root: Path, skipped: Optional[list[str]] = None) -> list[Row]:
                 elif row != rows.get(name):  # a running job's progress alone is not worth rewriting the rows
                     before, rows[name] = rows.get(name), row
                     changed = changed or before is None or before[STATE] != row[STATE] or not is_open(row)
-            fresh = [row for name, row in rows.items() if name in names]
+            fresh = list(rows.values()) if rows.keys() <= names else [
+                row for name, row in rows.items() if name in names]
             if changed:  # as saved, the rows are in order
                 fresh.sort(key=_sort_key)
             if changed and writable:

@@ -126,7 +126,8 @@ def apply_backend_settings(choice: SpeedChoice) -> Callable[[], None]:
 
 
 def _compile_times_file() -> Path:
-    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or (
+        Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}")
     return Path(cache) / COMPILE_TIMES
 
 
