@@ -240,10 +240,21 @@ def _own_traceback(plan: JobPlan, error: BaseException) -> str:
     return user_traceback(error)
 
 
+HANDOVER_WAIT_S = 600.0
+"""The longest a sweep's point waits for its submitter to finish handing its batch over: a submitter on another
+host (a login node) cannot be seen to have died from a compute node, and the point must not hold its GPUs until
+its time limit."""
+
+
 def _handed_over(folder: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
-    """The job's manifest once its submitter has recorded the scheduler's id (a sweep's points are written
-    before the scheduler has them); None when the submitter ended first."""
+    """The job's manifest once its submitter has handed its batch over (a sweep's points are written before
+    the scheduler has them); None when the submitter ended first or did not finish within HANDOVER_WAIT_S."""
+    deadline = time.monotonic() + HANDOVER_WAIT_S
     while (ready := handed_over(manifest, folder.parent)) is None:
+        if time.monotonic() > deadline:
+            print(f"[hpcdl] the submission of this point's sweep did not finish within {HANDOVER_WAIT_S:.0f} s; "
+                  "it does not run", file=sys.stderr, flush=True)
+            return None
         time.sleep(0.5)
         manifest = read_json(folder / MANIFEST) or manifest
     return manifest if ready else None

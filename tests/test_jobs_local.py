@@ -225,6 +225,20 @@ def test_a_run_keeps_its_metrics_summary_as_it_writes(store: Path) -> None:
     assert "99.90%" in listing, "the listing re-read the metrics instead of the run's summary"
 
 
+def test_user_code_reporting_epochs_from_zero_and_its_own_numbers_is_listed(store: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcdl import reporting
+
+    folder = _finished_training_job(store, "from-zero")
+    monkeypatch.setenv("HPCDL_JOB_FOLDER", str(folder))
+    monkeypatch.setenv("RANK", "0")
+    for step in range(1, 7):  # epochs 0, 0, 0, 1, 1, 1: the summary's per-epoch count divided by zero here
+        reporting.report(step, 1.0 / step, epoch=(step - 1) // 3, total=6, tokens_per_s=100.0 * step)
+    reporting.close_metrics()
+    listing = _cli("hpcdl.jobs", "list")
+    assert listing.returncode == 0 and "from-zero" in listing.stdout, listing.stderr
+
+
 def test_a_rank_done_in_a_run_slurm_ended_does_not_complete_the_next_run(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace

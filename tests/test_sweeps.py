@@ -470,3 +470,35 @@ def test_an_interrupted_sweep_submission_leaves_nothing_or_a_sweep_listed_interr
         assert job_folders(store) == []
     else:
         assert "state now CANCELLED" in cancelled.stdout, cancelled.stdout
+
+
+def test_a_submission_cut_in_a_later_batch_holds_back_that_batch_alone(tmp_path: Path) -> None:
+    from hpcdl.host import process_id
+    from hpcdl.store.folders import write_json
+    from hpcdl.store.sweeps import SUBMITTING_MARK, handed_over, submission_state
+
+    submitter = subprocess.Popen(["sleep", "30"])
+    submitted_from = {"host": "vm", "cwd": "/", "process": process_id(submitter.pid)}
+    sweep = "261205-120000-abcd"
+    points = [f"{sweep}_{n}" for n in range(4)]
+
+    def record(mark: int) -> JobRecord:
+        manifest = {"id": sweep, "kind": "sweep", "points": points, SUBMITTING_MARK: mark,
+                    "submitted_from": submitted_from}
+        (tmp_path / sweep).mkdir(exist_ok=True)
+        write_json(tmp_path / sweep / "manifest.json", manifest)
+        return JobRecord(tmp_path / sweep, manifest, {})
+
+    def point(n: int) -> dict:
+        return {"id": points[n], "backend_id": "1:0", "sweep": {"id": sweep, "num": n},
+                "submitted_from": submitted_from}
+
+    second_batch = record(2)  # points 2 and 3 are being handed over; 0 and 1 went in with the first batch
+    assert submission_state(second_batch) == "SUBMITTING"
+    assert handed_over(point(0), tmp_path) is True and handed_over(point(3), tmp_path) is None
+    submitter.kill()
+    submitter.wait()
+    assert submission_state(second_batch) is None  # not INTERRUPTED: cancelling it would remove the first batch
+    assert handed_over(point(1), tmp_path) is True and handed_over(point(2), tmp_path) is False
+    assert submission_state(record(4)) == "INTERRUPTED"  # cut in its first batch: none of it runs
+    assert handed_over(point(0), tmp_path) is False

@@ -96,8 +96,10 @@ def clean(older_than_s: float, state: Optional[str] = None, roots: Optional[Iter
     removed = []
     for record in selection.records:
         points = selection.points.get(record.id, [])
-        if sweep_id_of(record) in by_id or record.state not in FINAL_STATES:
-            continue  # a point goes with its sweep; a job not ended stays
+        sweep = sweep_id_of(record)
+        if sweep in by_id or sweep is not None and (record.folder.parent / sweep).exists() \
+                or record.state not in FINAL_STATES:
+            continue  # a point goes with its sweep (never alone while its sweep is there); a job not ended stays
         ended = [p.status.get("ended_at") or p.manifest["submitted_at"] for p in (record, *points)]
         if any(p.state not in FINAL_STATES for p in points) or max(ended) > cutoff:
             continue

@@ -55,7 +55,8 @@ class MetricsSummary:
             self.last["metrics"] = {key: value for key, value in record.items()
                                     if key not in REPORT_FIELDS and isinstance(value, (int, float))}
             if self.per_epoch is None and before is not None and record["epoch"] is not None \
-                    and before["epoch"] is not None and record["epoch"] > before["epoch"] and record["iteration"] > 1:
+                    and before["epoch"] is not None and record["epoch"] > before["epoch"] and record["epoch"] > 1 \
+                    and record["iteration"] > 1:  # epochs counted from 1 (the user's code may count from 0)
                 self.per_epoch = (record["iteration"] - 1) / (record["epoch"] - 1)
         elif record.get("kind") == "validation":
             self.validations += 1

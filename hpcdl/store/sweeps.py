@@ -54,25 +54,38 @@ def _submitter_runs(manifest: dict[str, Any]) -> bool:
     return submitter is None or is_running(submitter) is not False
 
 
+def _batch_being_submitted(manifest: dict[str, Any]) -> list[str]:
+    """The ids of the points whose submission the sweep's mark names (the last batch added): all of them when
+    the mark makes no sense."""
+    mark, points = manifest.get(SUBMITTING_MARK), manifest.get("points") or []
+    if type(mark) is not int or not 0 <= mark <= len(points):
+        return list(points)
+    return list(points[len(points) - mark:])
+
+
 def submission_state(sweep: JobRecord) -> Optional[str]:
     """SUBMITTING while a submission of the sweep's points is under way, INTERRUPTED once its submitter
-    ended without finishing it; None when the scheduler has every point listed."""
+    ended without finishing its first; None when the scheduler has every point listed, or when an earlier
+    batch was handed over (the sweep's state is then its points': those of the cut batch never run)."""
     if SUBMITTING_MARK not in sweep.manifest:
         return None
-    return SUBMITTING if _submitter_runs(sweep.manifest) else INTERRUPTED
+    if _submitter_runs(sweep.manifest):
+        return SUBMITTING
+    return INTERRUPTED if len(_batch_being_submitted(sweep.manifest)) == len(sweep.manifest.get("points") or []) \
+        else None
 
 
 def handed_over(manifest: dict[str, Any], root: Path) -> Optional[bool]:
-    """Whether a job of the store ``root`` may run: True once its scheduler id is recorded and its sweep's
-    submission has ended (or it is no sweep's point), None while its submitter may still get there, False
-    when the submitter ended first (an interrupted submission: none of the sweep's points runs)."""
+    """Whether a job of the store ``root`` may run: True once its scheduler id is recorded and the submission
+    of its batch has ended (or it is no sweep's point), None while its submitter may still get there, False
+    when the submitter ended first (an interrupted submission: none of that batch's points runs)."""
     sweep = manifest.get("sweep")
     if not isinstance(sweep, dict):
         return True
     if manifest.get("backend_id"):
         check_job_key(str(sweep.get("id")))
         sweep_manifest = read_json(root / str(sweep["id"]) / MANIFEST) or {}
-        if SUBMITTING_MARK not in sweep_manifest:
+        if SUBMITTING_MARK not in sweep_manifest or manifest.get("id") not in _batch_being_submitted(sweep_manifest):
             return True
     return None if _submitter_runs(manifest) else False
 
