@@ -59,26 +59,28 @@ def follow_points(records: list[JobRecord], poll_s: float) -> list[JobRecord]:
 
     fresh = list(records)
     started = asked = time.monotonic()
-    last = ""
-
-    def say_counts() -> str:
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(r.state for r in fresh).items()))
-        if counts != last:
-            log.info(f"sweep points: {sum(r.final for r in fresh)} of {len(fresh)} done ({counts})")
-        return counts
-
+    said = ""
     while True:
         fresh = [load_record(r.folder) or r if not r.final and (r.folder / FINAL).exists() else r for r in fresh]
         if all(r.final for r in fresh):
-            say_counts()
+            _say_counts(fresh, said)
             return fresh
         now = time.monotonic()
         if now - asked >= poll_s:
             fresh = [r if r.final else load_record(r.folder) or r for r in fresh]
             resolve_states([r for r in fresh if not r.final])
-            last, asked = say_counts(), now
+            said, asked = _say_counts(fresh, said), now
             continue
         time.sleep(min(poll_s, max(FIRST_LOOK_S, (now - started) / 20)))
+
+
+def _say_counts(points: list[JobRecord], said: str) -> str:
+    """Log how many points have ended and the count of each state, unless ``said`` (the counts logged last)
+    is the same; returns the counts."""
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(r.state for r in points).items()))
+    if counts != said:
+        log.info(f"sweep points: {sum(r.final for r in points)} of {len(points)} done ({counts})")
+    return counts
 
 
 def sweeper_target(config: Any) -> str:

@@ -23,6 +23,8 @@ import torch
 from torch import nn
 
 from hpcdl.config import TrainingOptions
+from hpcdl.errors import FolderGoneError
+from hpcdl.store.atomic import atomic_write_text
 from hpcdl.data.batches import TensorPair
 
 ASSUMED_COMPILE_S = 60.0
@@ -159,10 +161,8 @@ def _note_compile_s(key: str, seconds: float) -> None:
         except (OSError, ValueError):
             times = {}
         times[key] = round(seconds, 2)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(times))
-        os.replace(temporary, path)
-    except OSError:
+        atomic_write_text(path, json.dumps(times))
+    except (OSError, FolderGoneError):
         pass
 
 
