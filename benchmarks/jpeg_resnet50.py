@@ -1,4 +1,5 @@
-"""ResNet-50 from real JPEG files against synthetic data: hpcdl GPU decode, hpcdl CPU decode, and torchvision
+"""ResNet-50 from real JPEG files against synthetic data: hpcdl GPU decode (in a process of its own and in a
+thread of the training process), hpcdl CPU decode, and torchvision
 ImageFolder + DataLoader (CPU decode, a plain loop), eager and compiled, in one run.
 
 Writes its own 500x375 JPEG files (ImageNet's typical size, ~100 KB), trains torchvision's ResNet-50 (bf16,
@@ -28,7 +29,8 @@ from hpcdl import ImageDatastore, TrainingOptions, train_network
 from hpcdl.data.augment import AugmentedImageDatastore
 from hpcdl.train.datawait import WaitClock
 
-VARIANTS = ("synthetic", "hpcdl-gpu-decode", "hpcdl-cpu-decode", "torchvision")
+VARIANTS = ("synthetic", "hpcdl-gpu-decode-process", "hpcdl-gpu-decode-thread", "hpcdl-cpu-decode", "torchvision",
+            "data-path-alone-process", "data-path-alone-thread")
 
 
 def write_one(job: tuple[Path, int]) -> None:
@@ -73,6 +75,26 @@ def hpcdl_run(data, args: argparse.Namespace, compiled: bool, **options) -> tupl
     return steady(info.history, info.train_s, args.batch)
 
 
+def data_path_alone(store: AugmentedImageDatastore, args: argparse.Namespace, in_process: bool) -> tuple[float, float]:
+    """images/s of hpcdl's GPU-decoding data path with no training beside it (its ceiling), after a warm-up epoch."""
+    from hpcdl.data.loader import BatchLoader
+
+    loader = BatchLoader(store, torch.device("cuda"), torch.channels_last, background=True, workers=args.workers,
+                         prefetch=4, gpu_decode=True, device_prefetch=2, decode_in_process=in_process)
+    chunks = list(torch.randperm(args.images).split(args.batch))
+    try:
+        for epoch in range(args.epochs):
+            if epoch == 1:
+                torch.cuda.synchronize()
+                begin = time.perf_counter()
+            for _ in loader.epoch(chunks, epoch):
+                pass
+        torch.cuda.synchronize()
+    finally:
+        loader.close()
+    return (args.epochs - 1) * args.images / (time.perf_counter() - begin), 0.0
+
+
 def torchvision_run(root: Path, args: argparse.Namespace, compiled: bool) -> tuple[float, float]:
     """ImageFolder + DataLoader as its documentation shows, shipping uint8 (as hpcdl), a plain loop."""
     from torchvision import datasets, transforms
@@ -114,7 +136,13 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--out", default="benchmarks/results/jpeg_resnet50_h200")
+    parser.add_argument("--switch-interval", type=float, default=None,
+                        help="sys.setswitchinterval for the whole run (Python's default 0.005 s)")
     args = parser.parse_args()
+    if args.switch_interval is not None:
+        import sys
+
+        sys.setswitchinterval(args.switch_interval)
     if args.images % args.batch:
         parser.error("--images must be a multiple of --batch (a partial batch recompiles)")
     figures: dict[str, dict[str, list[tuple[float, float]]]] = {}
@@ -127,11 +155,17 @@ def main() -> None:
                      torch.randint(10, (args.images,), device="cuda"))
         runs = {
             "synthetic": lambda c: hpcdl_run(synthetic, args, c),
-            "hpcdl-gpu-decode": lambda c: hpcdl_run(store, args, c, gpu_decode="on", dispatch_in_background=True,
-                                                    num_workers=args.workers, prefetch_factor=4),
+            "hpcdl-gpu-decode-process": lambda c: hpcdl_run(store, args, c, gpu_decode="on", gpu_decode_in="process",
+                                                            dispatch_in_background=True, num_workers=args.workers,
+                                                            prefetch_factor=4),
+            "hpcdl-gpu-decode-thread": lambda c: hpcdl_run(store, args, c, gpu_decode="on", gpu_decode_in="thread",
+                                                           dispatch_in_background=True, num_workers=args.workers,
+                                                           prefetch_factor=4),
             "hpcdl-cpu-decode": lambda c: hpcdl_run(store, args, c, gpu_decode="off", dispatch_in_background=True,
                                                     num_workers=args.workers, prefetch_factor=4),
             "torchvision": lambda c: torchvision_run(root, args, c),
+            "data-path-alone-process": lambda c: data_path_alone(store, args, True),
+            "data-path-alone-thread": lambda c: data_path_alone(store, args, False),
         }
         for mode in args.modes:
             figures[mode] = {name: [] for name in args.variants}

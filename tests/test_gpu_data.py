@@ -115,3 +115,63 @@ def test_the_loop_does_not_synchronise_per_iteration() -> None:
         torch.cuda.set_sync_debug_mode("default")
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
     assert len(syncs) < 8, [str(w.message) for w in syncs[:3]]
+
+
+def _loader(store: AugmentedImageDatastore, in_process: bool) -> BatchLoader:
+    return BatchLoader(store, CUDA, torch.channels_last, background=True, workers=2, gpu_decode=True,
+                       device_prefetch=2, seed=3, decode_in_process=in_process)
+
+
+def test_decoding_in_its_own_process_gives_the_same_batches_and_stops_an_epoch_early(jpegs: Path) -> None:
+    store = AugmentedImageDatastore(ImageDatastore(jpegs, channels=3), [96, 96], crop="random",
+                                    random_x_reflection=True, seed=4)
+    chunks = [torch.tensor([0, 3, 5, 7]), torch.tensor([1, 2, 4, 6]), torch.tensor([8, 9, 10, 11])]
+    thread, process = _loader(store, False), _loader(store, True)
+    try:
+        assert process.decoder is not None and process.decoder.child.is_alive()
+        for epoch in (1, 2):
+            expected = list(thread.epoch(chunks, epoch))
+            got = list(process.epoch(chunks, epoch))
+            assert len(got) == len(expected) == 3
+            for (x, y), (xe, ye) in zip(got, expected):
+                assert x.is_contiguous(memory_format=torch.channels_last) and x.dtype == torch.float32
+                assert torch.equal(x, xe) and torch.equal(y, ye)
+        batches = process.epoch(chunks, 3)
+        next(batches)
+        batches.close()  # the loop stopped mid-epoch: the child stops, its slots come back
+        assert [torch.equal(a[0], b[0]) for a, b in zip(process.epoch(chunks, 4), thread.epoch(chunks, 4))] == \
+            [True] * 3
+    finally:
+        thread.close()
+        process.close()
+    assert not process.decoder.child.is_alive()
+
+
+def test_decoding_in_its_own_process_names_a_corrupt_file_and_a_dead_decoder(jpegs: Path) -> None:
+    import os
+    import signal
+
+    store = AugmentedImageDatastore(ImageDatastore(jpegs, channels=3), [64, 64], crop="center")
+    bad = jpegs / "c0" / "04.jpg"
+    data = bad.read_bytes()
+    bad.write_bytes(data[:400] + bytes(len(data) - 800) + data[-400:])
+    loader = _loader(store, True)
+    try:
+        with pytest.raises(BadImageError, match=f"cannot read image {bad}"):
+            list(loader.epoch([torch.arange(len(store))], 0))
+        os.kill(loader.decoder.child.pid, signal.SIGKILL)
+        with pytest.raises(RuntimeError, match=r"GPU decoding process \(pid \d+\) ended with exit code -9"):
+            list(loader.epoch([torch.arange(len(store))], 1))
+    finally:
+        loader.close()
+
+
+@pytest.mark.parametrize("place", ["process", "thread"])
+def test_training_learns_with_either_decoding_place(jpegs: Path, place: str) -> None:
+    store = AugmentedImageDatastore(ImageDatastore(jpegs, channels=3), [64, 64], crop="random",
+                                    random_x_reflection=True)
+    model = build_model("small_cnn", in_channels=3, num_classes=2, width=8)
+    options = TrainingOptions(max_epochs=3, mini_batch_size=4, verbose=False, gpu_decode="on", gpu_decode_in=place,
+                              dispatch_in_background=True, num_workers=2, channels_last=True)
+    _, info = train_network(store, model, options)
+    assert len(info.history) == 9 and all(np.isfinite(r["loss"]) for r in info.history)
