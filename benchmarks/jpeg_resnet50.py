@@ -1,10 +1,10 @@
-"""ResNet-50 from real JPEG files against synthetic data: hpcdl GPU decode (in a process of its own and in a
-thread of the training process), hpcdl CPU decode, and torchvision
+"""ResNet-50 from real JPEG files against synthetic data: hpcdl GPU decode, hpcdl CPU decode, and torchvision
 ImageFolder + DataLoader (CPU decode, a plain loop), eager and compiled, in one run.
 
 Writes its own 500x375 JPEG files (ImageNet's typical size, ~100 KB), trains torchvision's ResNet-50 (bf16,
 channels_last, random crop 224 + flip) from them, and reports images/s after a warm-up epoch, the ratio to
-hpcdl on synthetic data already on the GPU, and the data-wait share. Variants alternate within each repetition;
+hpcdl on synthetic data already on the GPU, and the data-wait share; also hpcdl's GPU data path alone (no
+training beside it: its ceiling). Variants alternate within each repetition;
 the median and the spread (min-max) of the repetitions are reported.
 
     python benchmarks/jpeg_resnet50.py [--images 10240 --workers 15 --repeats 2 --modes eager compiled]
@@ -29,8 +29,7 @@ from hpcdl import ImageDatastore, TrainingOptions, train_network
 from hpcdl.data.augment import AugmentedImageDatastore
 from hpcdl.train.datawait import WaitClock
 
-VARIANTS = ("synthetic", "hpcdl-gpu-decode-process", "hpcdl-gpu-decode-thread", "hpcdl-cpu-decode", "torchvision",
-            "data-path-alone-process", "data-path-alone-thread")
+VARIANTS = ("synthetic", "hpcdl-gpu-decode", "hpcdl-cpu-decode", "torchvision", "gpu-data-path-alone")
 
 
 def write_one(job: tuple[Path, int]) -> None:
@@ -75,12 +74,12 @@ def hpcdl_run(data, args: argparse.Namespace, compiled: bool, **options) -> tupl
     return steady(info.history, info.train_s, args.batch)
 
 
-def data_path_alone(store: AugmentedImageDatastore, args: argparse.Namespace, in_process: bool) -> tuple[float, float]:
+def data_path_alone(store: AugmentedImageDatastore, args: argparse.Namespace) -> tuple[float, float]:
     """images/s of hpcdl's GPU-decoding data path with no training beside it (its ceiling), after a warm-up epoch."""
     from hpcdl.data.loader import BatchLoader
 
     loader = BatchLoader(store, torch.device("cuda"), torch.channels_last, background=True, workers=args.workers,
-                         prefetch=4, gpu_decode=True, device_prefetch=2, decode_in_process=in_process)
+                         prefetch=4, gpu_decode=True, device_prefetch=2)
     chunks = list(torch.randperm(args.images).split(args.batch))
     try:
         for epoch in range(args.epochs):
@@ -155,17 +154,12 @@ def main() -> None:
                      torch.randint(10, (args.images,), device="cuda"))
         runs = {
             "synthetic": lambda c: hpcdl_run(synthetic, args, c),
-            "hpcdl-gpu-decode-process": lambda c: hpcdl_run(store, args, c, gpu_decode="on", gpu_decode_in="process",
-                                                            dispatch_in_background=True, num_workers=args.workers,
-                                                            prefetch_factor=4),
-            "hpcdl-gpu-decode-thread": lambda c: hpcdl_run(store, args, c, gpu_decode="on", gpu_decode_in="thread",
-                                                           dispatch_in_background=True, num_workers=args.workers,
-                                                           prefetch_factor=4),
+            "hpcdl-gpu-decode": lambda c: hpcdl_run(store, args, c, gpu_decode="on", dispatch_in_background=True,
+                                                    num_workers=args.workers, prefetch_factor=4),
             "hpcdl-cpu-decode": lambda c: hpcdl_run(store, args, c, gpu_decode="off", dispatch_in_background=True,
                                                     num_workers=args.workers, prefetch_factor=4),
             "torchvision": lambda c: torchvision_run(root, args, c),
-            "data-path-alone-process": lambda c: data_path_alone(store, args, True),
-            "data-path-alone-thread": lambda c: data_path_alone(store, args, False),
+            "gpu-data-path-alone": lambda c: data_path_alone(store, args),
         }
         for mode in args.modes:
             figures[mode] = {name: [] for name in args.variants}

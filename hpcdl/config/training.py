@@ -24,7 +24,6 @@ BATCH_SCALINGS = ("global", "per_worker")
 LR_SCALINGS = ("none", "linear", "sqrt")
 COMMS = ("torch", "mpi")
 GPU_DECODES = ("auto", "on", "off")
-GPU_DECODE_PLACES = ("process", "thread")
 SPEEDS = ("fast", "exact")
 
 DEFAULT_LEARN_RATE = {"sgdm": 0.01, "adam": 0.001, "rmsprop": 0.001}
@@ -130,9 +129,6 @@ class TrainingOptions:
     gpu_decode: str = "auto"
     """Decode JPEG files on the GPU (nvJPEG, batched), then crop, flip and augment there; workers only read bytes.
     auto: on when training on a GPU from an augmented datastore of mostly JPEG files; on; off (decode on the CPU)."""
-    gpu_decode_in: str = "process"
-    """Where GPU decoding runs: process (a process of its own with the background workers, handing each batch
-    over in GPU memory both map, so no Python of the training loop slows it) or thread (beside the loop)."""
     cpu_decode_share: float = 0.0
     """With GPU decoding, the share of JPEG files the background workers still decode and augment on the CPU,
     in [0, 1], spread evenly over the batches (for GPUs without JPEG engines and nodes with idle CPUs)."""
@@ -172,7 +168,6 @@ class TrainingOptions:
             ("lr_scaling", LR_SCALINGS),
             ("comm", COMMS),
             ("gpu_decode", GPU_DECODES),
-            ("gpu_decode_in", GPU_DECODE_PLACES),
         ):
             require_choice(self, name, allowed)
         check_loss(self.loss, self.loss_args)

@@ -140,17 +140,6 @@ def decode_on_device(batch: EncodedBatch, augmented: AugmentedImageDatastore, de
                      memory_format: torch.memory_format) -> tuple[Optional[Batch], int]:
     """The augmented float32 batch in [0, 1] on ``device`` in ``memory_format``, and how many files were
     left out (None when none is left)."""
-    decoded, skipped = decoded_uint8(batch, augmented, device)
-    if decoded is None:
-        return None, skipped
-    x, y = decoded
-    return (x.to(torch.float32, memory_format=memory_format).div_(255.0), y), skipped
-
-
-def decoded_uint8(batch: EncodedBatch, augmented: AugmentedImageDatastore,
-                  device: torch.device) -> tuple[Optional[Batch], int]:
-    """The augmented uint8 images and the labels of ``batch`` on ``device``, in batch order, and how many
-    files were left out (None when none is left)."""
     store: ImageDatastore = augmented.store
     count = len(batch.indices)
     done = set(batch.done_at)
@@ -175,7 +164,7 @@ def decoded_uint8(batch: EncodedBatch, augmented: AugmentedImageDatastore,
         x = x[pinned_to(torch.tensor(order), device)]
         keep = sorted(keep)
     y = (batch.labels if len(keep) == count else batch.labels[keep]).to(device, non_blocking=True)
-    return (x, y), skipped
+    return (x.to(torch.float32, memory_format=memory_format).div_(255.0), y), skipped
 
 
 def _one_by_one(store: ImageDatastore, index: int, file: torch.Tensor, device: torch.device) -> Optional[torch.Tensor]:

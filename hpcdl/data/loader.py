@@ -20,7 +20,6 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data._utils.collate import default_collate
 
 from hpcdl.data.batches import Batch, TensorPair, pinned_to, to_device
-from hpcdl.data.decode_process import DecodeProcess, DecodeSpec
 from hpcdl.data.encoded import EncodedItems, collate_encoded, decode_on_device
 from hpcdl.data.prefetch import prefetched
 
@@ -71,19 +70,13 @@ class BatchLoader:
     def __init__(self, data: Dataset, device: torch.device, memory_format: torch.memory_format,
                  background: bool = False, workers: Optional[int] = None, prefetch: int = 2, seed: int = 0, *,
                  gpu_decode: bool = False, device_prefetch: int = 0,
-                 cpu_decode_share: float = 0.0, decode_in_process: bool = False) -> None:
+                 cpu_decode_share: float = 0.0) -> None:
         self.data, self.device, self.memory_format = data, device, memory_format
         self.gpu_decode, self.device_prefetch = gpu_decode, device_prefetch
-        self.skipped_here = 0
+        self.skipped = 0
         self.sampler = EpochBatches(getattr(data, "accepts_epoch", False))
         self.loader: Optional[DataLoader] = None
-        self.decoder: Optional[DecodeProcess] = None
-        if gpu_decode and decode_in_process:
-            spec = DecodeSpec(data, device.index if device.index is not None else torch.cuda.current_device(),
-                              workers if workers is not None else default_workers(), prefetch, seed,
-                              cpu_decode_share, slots=max(4, device_prefetch + 2))
-            self.decoder = DecodeProcess(spec, memory_format)
-        elif not isinstance(data, TensorPair):
+        if not isinstance(data, TensorPair):
             count = (workers if workers is not None else default_workers()) if background else 0
             items = EncodedItems(data, cpu_decode_share) if gpu_decode else data
             self.loader = DataLoader(items, batch_sampler=self.sampler,
@@ -107,7 +100,7 @@ class BatchLoader:
                 yield batch
                 continue
             x, y, skipped = batch
-            self.skipped_here += skipped
+            self.skipped += skipped
             yield (x, y) if len(y) else None
 
     def to_device(self, batch: Any) -> Optional[Batch]:
@@ -117,19 +110,12 @@ class BatchLoader:
         if not self.gpu_decode:
             return to_device(*batch, self.device, self.memory_format)
         ready, skipped = decode_on_device(batch, self.data, self.device, self.memory_format)
-        self.skipped_here += skipped
+        self.skipped += skipped
         return ready
-
-    @property
-    def skipped(self) -> int:
-        """Unreadable files left out so far."""
-        return self.skipped_here + (self.decoder.skipped if self.decoder is not None else 0)
 
     def close(self) -> None:
         """Stop the background workers now, as Lightning does (persistent workers otherwise live as long as
         anything, such as a traceback, holds the loader)."""
-        if self.decoder is not None:
-            self.decoder.close()
         iterator = getattr(self.loader, "_iterator", None)
         if iterator is not None and hasattr(iterator, "_shutdown_workers"):
             iterator._shutdown_workers()
@@ -137,8 +123,6 @@ class BatchLoader:
 
     def epoch(self, chunks: Sequence[torch.Tensor], epoch: int) -> Iterator[Optional[Batch]]:
         """The batches of ``chunks`` in order, on the device; None for a batch whose every file was skipped."""
-        if self.decoder is not None:
-            return self.decoder.epoch(chunks, epoch)
         batches = self.host_batches(chunks, epoch)
         if self.device_prefetch and self.device.type == "cuda" and self.loader is not None:
             return prefetched(batches, self.to_device, self.device, self.device_prefetch)

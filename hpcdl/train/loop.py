@@ -269,8 +269,7 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
         loader = BatchLoader(train_set, device, memory_format, options.dispatch_in_background,
                              options.num_workers, options.prefetch_factor, state.shuffle_seed,
                              gpu_decode=use_gpu_decode(options.gpu_decode, train_set, device),
-                             device_prefetch=options.device_prefetch, cpu_decode_share=options.cpu_decode_share,
-                             decode_in_process=options.gpu_decode_in == "process")
+                             device_prefetch=options.device_prefetch, cpu_decode_share=options.cpu_decode_share)
         validation = Validation(val_set, step, options, device, memory_format)
         model.train()
         reason = run_epochs(step, loader, validation, progress, state, settings, len(train_set), per_epoch)
