@@ -492,6 +492,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    from hpcdl.remote.client import jobs_remote
+
+    try:  # cluster=NAME of a remote profile, or a job submitted from here to one: asked on its login node
+        if (answered := jobs_remote(argv)) is not None:
+            return answered
+    except (HpcdlError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     args = parser().parse_args(argv)
     try:
         return args.run(args)

@@ -31,7 +31,7 @@ log() { printf '[slurm/cluster.sh] %s\n' "$*" >&2; }
 install_packages() {
   local missing=()
   for cmd in slurmctld:slurm-wlm slurmdbd:slurmdbd munged:munge mariadbd:mariadb-server mpirun:openmpi-bin \
-             mpicc:libopenmpi-dev; do
+             mpicc:libopenmpi-dev sshd:openssh-server ssh:openssh-client rsync:rsync; do
     command -v "${cmd%%:*}" >/dev/null 2>&1 || missing+=("${cmd##*:}")
   done
   if [ ${#missing[@]} -gt 0 ]; then

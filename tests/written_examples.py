@@ -50,6 +50,10 @@ SKIPPED = {
     "gpus_per_node: 1": "needs a GPU node; the test cluster has none",
     "gpus_per_node=4": "needs GPU nodes; the test cluster has none",
     "training.gpus=[0,2]": "needs two GPUs on this machine",
+    "login.example.org": "a login node reachable over SSH; tests/test_remote.py runs such a profile through a test sshd",
+    "cluster=mysite": "a login node reachable over SSH; tests/test_remote.py runs these commands through a test sshd",
+    "logs JOB_ID -f": "a job on a login node over SSH; tests/test_remote.py follows one through a test sshd",
+    "fetch JOB_ID": "a job on a login node over SSH; tests/test_remote.py fetches one through a test sshd",
 }
 """Examples that do not run here, keyed by a substring of theirs, with the reason."""
 

@@ -24,6 +24,15 @@ def user_config_dirs() -> list[Path]:
     return [Path(c).expanduser().resolve() for c in candidates if c and Path(c).expanduser().is_dir()]
 
 
+def profile_file(name: str) -> Optional[Path]:
+    """The YAML file of cluster profile ``name`` that composition picks (the user's first), or None."""
+    for folder in [*user_config_dirs(), CONF_DIR]:
+        path = folder / "cluster" / f"{name}.yaml"
+        if path.is_file():
+            return path
+    return None
+
+
 def register_configs() -> None:
     """Put the root schema into Hydra's ConfigStore (idempotent).
 

@@ -1,0 +1,111 @@
+"""python -m hpcdl.agent: what a remote client runs on the login node over SSH (not a command for people).
+
+    python -m hpcdl.agent --expect VERSION submit        # stdin: one JSON line, then a tar of the code
+    python -m hpcdl.agent --expect VERSION jobs VERB ... # python -m hpcdl.jobs VERB ... here
+    python -m hpcdl.agent --expect VERSION fetch ID [--wait]  # the fetched results as a tar on stdout
+
+Submitting, it runs hpcdl.submit here with the client's composed profile, from the code it was sent, and writes
+the job's id as JSON on stdout (what hpcdl.submit prints goes to stderr).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from hpcdl.remote.protocol import FETCHED, WRONG_VERSION, hpcdl_version
+from hpcdl.remote.transfer import pack_tree, unpack
+
+SUBMITTED = re.compile(r"^Submitted (?:job|sweep) (\S+?):? ", re.MULTILINE)
+"""The id in what hpcdl.submit prints (a job's or a sweep's first line)."""
+PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+
+
+def _work_folder() -> Path:
+    """This user's private folder for what a client sends ($XDG_CACHE_HOME/hpcdl/remote, created 0700)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = base / "hpcdl" / "remote"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
+
+
+def submit(stdin: BinaryIO) -> int:
+    """Submit what the client sent: its profile as this run's profile, its overrides, from its code."""
+    request = json.loads(stdin.readline())
+    profile: dict[str, Any] = request["profile"]
+    name = profile.get("name") if PROFILE_NAME.match(str(profile.get("name"))) else "remote"
+    work = Path(tempfile.mkdtemp(prefix=".incoming-", dir=_work_folder()))
+    try:
+        code, config = work / "code", work / "config" / "cluster"
+        code.mkdir()
+        config.mkdir(parents=True)
+        unpack(stdin, code)  # whole before anything runs: a cut transfer submits nothing
+        (config / f"{name}.yaml").write_text(json.dumps(profile))
+        os.environ["HPCDL_CONFIG_DIR"] = str(work / "config")
+        os.environ.update(request.get("secrets") or {})  # passed to the job by name, never written
+        os.chdir(code)
+        argv = [*(["-m"] if request.get("multirun") else []), f"cluster={name}", *request["overrides"],
+                *(["--", *request["script_args"]] if request.get("script_args") else [])]
+        from hpcdl.submit import main
+
+        said = io.StringIO()
+        with contextlib.redirect_stdout(said):
+            code_of_submit = main(argv)
+        sys.stderr.write(said.getvalue())
+        found = SUBMITTED.search(said.getvalue())
+        print(json.dumps({"status": code_of_submit, "id": found.group(1) if found else None}))
+        return code_of_submit
+    finally:
+        os.chdir(Path.home())
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def fetch(job: str, wait: bool) -> int:
+    """``jobs fetch`` into a private temporary folder, sent as a tar on stdout (what it prints: on stderr)."""
+    from hpcdl.jobs import main
+    from hpcdl.store.safety import check_job_key
+
+    check_job_key(job)
+    with tempfile.TemporaryDirectory(dir=_work_folder()) as work:
+        target = Path(work, job)
+        said = io.StringIO()
+        with contextlib.redirect_stdout(said):
+            status = main(["fetch", job, "--to", str(target), *(["--wait"] if wait else [])])
+        sys.stderr.write(said.getvalue().replace(str(target), FETCHED))
+        if status == 0:
+            sys.stderr.flush()
+            pack_tree(sys.stdout.buffer, target)
+        return status
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[0] != "--expect":
+        print(__doc__, file=sys.stderr)
+        return 2
+    if argv[1] != hpcdl_version():
+        print(f"hpcdl {hpcdl_version()} on {os.uname().nodename} ({sys.executable}); the client has {argv[1]}",
+              file=sys.stderr)
+        return WRONG_VERSION
+    verb, rest = argv[2], argv[3:]
+    if verb == "submit":
+        return submit(sys.stdin.buffer)
+    if verb == "jobs":
+        from hpcdl.jobs import main as jobs
+
+        return jobs(rest)
+    if verb == "fetch":
+        return fetch(rest[0], "--wait" in rest[1:])
+    print(f"unknown verb {verb!r}\n{__doc__}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
