@@ -65,8 +65,9 @@ def write_profile(conf: Path, sshd: Server, store: Path, name: str = "site", bac
         {"name": name, "backend": backend, "store": str(store), "time": "00:10:00", "remote": settings}))
 
 
-def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout)
+def cli(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
 
 
 def submitted(done: subprocess.CompletedProcess) -> str:
@@ -151,7 +152,7 @@ def test_a_login_node_without_hpcdl_or_with_another_version_says_how_to_install_
     assert other.returncode == 3 and "the client has 0.0.1" in other.stderr
 
 
-def _master_pid(run: Path) -> int:
+def master_pid(run: Path) -> int:
     sockets = list((run / "hpcdl-ssh").iterdir())
     checked = subprocess.run(["ssh", "-o", f"ControlPath={sockets[0]}", "-O", "check", "x"], capture_output=True,
                              text=True)
@@ -167,8 +168,9 @@ def test_logs_follow_connects_again_after_the_connection_drops_and_shows_every_l
                               stderr=subprocess.PIPE, text=True)
     try:
         assert follow.stdout.readline() == "line 0\n"
-        os.kill(_master_pid(client["run"]), signal.SIGKILL)  # the connection is cut
-        out, err = follow.communicate(timeout=120)
+        os.kill(master_pid(client["run"]), signal.SIGKILL)  # the connection is cut
+        out, err = follow.stdout.read(), follow.stderr.read()  # not communicate: it skips what readline buffered
+        follow.wait(timeout=60)
     finally:
         follow.kill()
     assert follow.returncode == 0, err

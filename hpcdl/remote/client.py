@@ -149,11 +149,11 @@ def submit_remote(argv: Sequence[str]) -> Optional[int]:
     from hpcdl.snapshot import code_files
     from hpcdl.store.folders import store_root
 
-    if not multirun:
-        compose_config(overrides)  # every option checked here, before the login node is asked
+    wait = not multirun and compose_config(overrides).wait  # every option checked here, before the login node
     check_secrets_set(profile["secrets"])
     names = code_files(Path.cwd(), store_root()) if profile["snapshot"] else []
-    request = {"profile": profile, "overrides": [o for o in overrides if not _is_site_override(o)],
+    sent = [o for o in overrides if not _is_site_override(o)] + (["wait=false"] if wait else [])
+    request = {"profile": profile, "overrides": sent,
                "script_args": script_args, "multirun": multirun,
                "secrets": {name: os.environ[name] for name in profile["secrets"]}}
     answer: list[bytes] = []
@@ -164,7 +164,9 @@ def submit_remote(argv: Sequence[str]) -> Optional[int]:
     if job_id:
         remember_job(job_id, site)
         print(f"Submitted {job_id} on {site.login.host}; from here: python -m hpcdl.jobs watch {job_id}")
-    return status
+    if status != 0 or not wait or not job_id:
+        return status
+    return _follow(site, ["watch", job_id], skip_shown=False)  # followed from here: a dropped connection resumes
 
 
 # --- jobs ----------------------------------------------------------------------------------------------------
