@@ -492,14 +492,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from hpcdl.remote.client import jobs_remote
+    from hpcdl.remote.routing import goes_remote
 
-    try:  # cluster=NAME of a remote profile, or a job submitted from here to one: asked on its login node
-        if (answered := jobs_remote(argv)) is not None:
-            return answered
-    except (HpcdlError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    if goes_remote(argv):  # cluster=NAME of a remote profile, or a job submitted from here to one: its login node
+        from hpcdl.remote.client import jobs_remote
+
+        try:
+            return jobs_remote(argv)
+        except (HpcdlError, OSError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     args = parser().parse_args(argv)
     try:
         return args.run(args)

@@ -13,18 +13,20 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import IO, Callable, Optional, Sequence
+from typing import IO, TYPE_CHECKING, Callable, Optional, Sequence
 
 from hpcdl.errors import HpcdlError
 from hpcdl.remote.protocol import AGENT, FETCHED, WRONG_VERSION, hpcdl_version, install_hint
+from hpcdl.remote.routing import is_site_override, job_key
 from hpcdl.remote.records import Site, last_listing, remember_job, remember_listing, site_of
 from hpcdl.remote.transfer import pack, unpack
-from hpcdl.remote.ssh import SSH_FAILED, RemoteError, connect, remote_command
+from hpcdl.remote.ssh import SSH_FAILED, Login, RemoteError, connect, remote_command
+
+if TYPE_CHECKING:
+    from hpcdl.config.cluster import ClusterConfig
 
 RECONNECT_TRIES = 20
 """How often logs -f and watch try to connect again after the connection dropped, 3 s apart."""
-ID_VERBS = ("show", "watch", "wait", "cancel", "fetch", "resume", "logs")
-OPTIONS_WITH_VALUES = ("--rank", "--timeout", "--to", "--time")
 
 
 def _tee(stream: IO[bytes], kept: list[bytes], show: bool) -> threading.Thread:
@@ -92,12 +94,6 @@ def _check_agent(site: Site, status: int, said: str) -> None:
 
 # --- submit ------------------------------------------------------------------------------------------------
 
-def _is_site_override(override: str) -> bool:
-    """cluster=NAME and cluster.remote.*: the overrides that pick the login node."""
-    key = override.lstrip("+~").partition("=")[0]
-    return key == "cluster" or key.startswith("cluster.remote.")
-
-
 def _may_be_remote(overrides: Sequence[str]) -> bool:
     """Cheaply: whether the profile picked could be remote (a remote override, or a profile file naming one)."""
     from hpcdl.config.compose import profile_file
@@ -106,24 +102,39 @@ def _may_be_remote(overrides: Sequence[str]) -> bool:
         return True
     names = [o.partition("=")[2] for o in overrides if o.partition("=")[0] == "cluster"]
     path = profile_file(names[-1]) if names else None
-    return path is not None and "remote" in path.read_text()
+    if path is None or "remote" not in path.read_text():
+        return False
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    return not isinstance(data, dict) or not isinstance(data.get("remote"), dict) or bool(data["remote"].get("host"))
 
 
-def site_of_profile(overrides: Sequence[str]) -> Optional[tuple[Site, dict]]:
-    """The site of the profile these overrides pick and the profile to run there (its remote block cleared),
-    or None when it is not remote."""
-    picked = [o for o in overrides if _is_site_override(o)]
-    if not _may_be_remote(picked):
-        return None
-    from hpcdl.config.compose import compose_config
+def _site(profile: ClusterConfig) -> Optional[tuple[Site, dict]]:
+    """The site of a composed profile and the profile to run there (its remote block cleared); None: not remote."""
     from hpcdl.config.remote import RemoteConfig
-    from hpcdl.remote.ssh import Login
 
-    profile = compose_config(picked).cluster
     if profile.remote.host is None:
         return None
     shipped = dataclasses.asdict(dataclasses.replace(profile, remote=RemoteConfig()))
     return Site(profile.name, Login.of(profile.remote), profile.store), shipped
+
+
+def _site_of_name(picked: Sequence[str]) -> Optional[Site]:
+    """The site of a jobs command's ``cluster=NAME``, read from the profile's file alone when it holds the remote
+    block (no composition: listing stays quick); None: compose it."""
+    import yaml
+
+    from hpcdl.config.compose import profile_file
+    from hpcdl.config.remote import RemoteConfig
+
+    names = [word.partition("=")[2] for word in picked if word.partition("=")[0] == "cluster"]
+    path = profile_file(names[0]) if len(picked) == 1 and names else None
+    data = yaml.safe_load(path.read_text()) if path is not None else None
+    if not isinstance(data, dict) or not isinstance(data.get("remote"), dict) or "host" not in data["remote"]:
+        return None
+    remote = RemoteConfig(**data["remote"])
+    return Site(str(data.get("name", names[0])), Login.of(remote), data.get("store")) if remote.host else None
 
 
 def _send_code(request: dict, folder: Path, names: Sequence[str]) -> Callable[[IO[bytes]], None]:
@@ -140,19 +151,23 @@ def submit_remote(argv: Sequence[str]) -> Optional[int]:
     words = [a for a in argv if a not in ("-m", "--multirun")]
     overrides, script_args = (words[:words.index("--")], words[words.index("--") + 1:]) if "--" in words \
         else (words, [])
-    found = site_of_profile(overrides)
-    if found is None:
+    picked = [o for o in overrides if is_site_override(o)]
+    if not _may_be_remote(picked):
         return None
-    site, profile = found
     from hpcdl.config.compose import compose_config
     from hpcdl.config.secrets import check_secrets_set
     from hpcdl.snapshot import code_files
     from hpcdl.store.folders import store_root
 
-    wait = not multirun and compose_config(overrides).wait  # every option checked here, before the login node
+    config = compose_config(picked if multirun else overrides)  # every option checked here, before the login node
+    found = _site(config.cluster)
+    if found is None:
+        return None
+    site, profile = found
+    wait = not multirun and config.wait
     check_secrets_set(profile["secrets"])
     names = code_files(Path.cwd(), store_root()) if profile["snapshot"] else []
-    sent = [o for o in overrides if not _is_site_override(o)] + (["wait=false"] if wait else [])
+    sent = [o for o in overrides if not is_site_override(o)] + (["wait=false"] if wait else [])
     request = {"profile": profile, "overrides": sent,
                "script_args": script_args, "multirun": multirun,
                "secrets": {name: os.environ[name] for name in profile["secrets"]}}
@@ -171,30 +186,24 @@ def submit_remote(argv: Sequence[str]) -> Optional[int]:
 
 # --- jobs ----------------------------------------------------------------------------------------------------
 
-def _job_key(argv: Sequence[str]) -> Optional[str]:
-    """The ID of an ID verb's arguments (the first word that is no option or option value)."""
-    for n, word in enumerate(argv[1:], start=1):
-        if not word.startswith("-") and argv[n - 1] not in OPTIONS_WITH_VALUES:
-            return word
-    return None
-
-
-def jobs_remote(argv: Sequence[str]) -> Optional[int]:
-    """python -m hpcdl.jobs ARGV on the login node when ``cluster=NAME`` names a remote profile or the job asked
-    for was submitted from here to one; None: a local command."""
-    picked = [a for a in argv if _is_site_override(a)]
-    rest = [a for a in argv if not _is_site_override(a)]
+def jobs_remote(argv: Sequence[str]) -> int:
+    """python -m hpcdl.jobs ARGV on the login node: that of ``cluster=NAME``, or of the job's record here (see
+    hpcdl.remote.routing.goes_remote)."""
+    picked = [a for a in argv if is_site_override(a)]
+    rest = [a for a in argv if not is_site_override(a)]
     verb = rest[0] if rest else ""
     if picked:
-        found = site_of_profile(picked)
-        if found is None:
-            raise HpcdlError(f"{' '.join(picked)}: not a remote profile (no cluster.remote.host); the jobs commands "
-                             "take cluster= only to go to a login node")
-        site = found[0]
-    elif verb in ID_VERBS and (key := _job_key(rest)) is not None and (site := site_of(key)) is not None:
-        pass
+        site = _site_of_name(picked)
+        if site is None:
+            from hpcdl.config.compose import compose_config
+
+            found = _site(compose_config(picked).cluster)
+            site = found[0] if found else None
     else:
-        return None
+        site = site_of(job_key(rest) or "")
+    if site is None:
+        raise HpcdlError(f"{' '.join(picked) or job_key(rest)}: not a remote profile or job (no cluster.remote.host); "
+                         "the jobs commands take cluster= only to go to a login node")
     if verb == "list":
         return _list(site, rest)
     if verb == "fetch":
@@ -254,7 +263,7 @@ def _follow(site: Site, argv: Sequence[str], skip_shown: bool) -> int:
 
 def _fetch(site: Site, argv: Sequence[str]) -> int:
     """The job's results brought down into --to (default ./ID): whole, or not at all."""
-    key = _job_key(argv)
+    key = job_key(argv)
     to = argv[argv.index("--to") + 1] if "--to" in argv else key
     target = Path(to).absolute()
     target.parent.mkdir(parents=True, exist_ok=True)
