@@ -3,6 +3,7 @@
     python -m hpcdl.agent --expect VERSION submit        # stdin: one JSON line, then a tar of the code
     python -m hpcdl.agent --expect VERSION jobs VERB ... # python -m hpcdl.jobs VERB ... here
     python -m hpcdl.agent --expect VERSION fetch ID [--wait]  # the fetched results as a tar on stdout
+    python -m hpcdl.agent --expect VERSION check         # stdin: one JSON line; python -m hpcdl.profiles check
 
 Submitting, it runs hpcdl.submit here with the client's composed profile, from the code it was sent, and writes
 the job's id as JSON on stdout (what hpcdl.submit prints goes to stderr).
@@ -19,7 +20,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Iterator
 
 from hpcdl.remote.protocol import FETCHED, WRONG_VERSION, hpcdl_version
 from hpcdl.remote.transfer import pack_tree, unpack
@@ -37,19 +38,28 @@ def _work_folder() -> Path:
     return folder
 
 
-def submit(stdin: BinaryIO) -> int:
-    """Submit what the client sent: its profile as this run's profile, its overrides, from its code."""
-    request = json.loads(stdin.readline())
-    profile: dict[str, Any] = request["profile"]
+@contextlib.contextmanager
+def _as_profile(profile: dict[str, Any]) -> Iterator[tuple[str, Path]]:
+    """The client's composed profile as a profile here, found first by its name; (name, a private work folder)."""
     name = profile.get("name") if PROFILE_NAME.match(str(profile.get("name"))) else "remote"
     work = Path(tempfile.mkdtemp(prefix=".incoming-", dir=_work_folder()))
     try:
-        code, config = work / "code", work / "config" / "cluster"
-        code.mkdir()
-        config.mkdir(parents=True)
-        unpack(stdin, code)  # whole before anything runs: a cut transfer submits nothing
-        (config / f"{name}.yaml").write_text(json.dumps(profile))
+        (work / "config" / "cluster").mkdir(parents=True)
+        (work / "config" / "cluster" / f"{name}.yaml").write_text(json.dumps(profile))
         os.environ["HPCDL_CONFIG_DIR"] = str(work / "config")
+        yield name, work
+    finally:
+        os.chdir(Path.home())
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def submit(stdin: BinaryIO) -> int:
+    """Submit what the client sent: its profile as this run's profile, its overrides, from its code."""
+    request = json.loads(stdin.readline())
+    with _as_profile(request["profile"]) as (name, work):
+        code = work / "code"
+        code.mkdir()
+        unpack(stdin, code)  # whole before anything runs: a cut transfer submits nothing
         os.environ.update(request.get("secrets") or {})  # passed to the job by name, never written
         os.chdir(code)
         argv = [*(["-m"] if request.get("multirun") else []), f"cluster={name}", *request["overrides"],
@@ -63,9 +73,15 @@ def submit(stdin: BinaryIO) -> int:
         found = SUBMITTED.search(said.getvalue())
         print(json.dumps({"status": code_of_submit, "id": found.group(1) if found else None}))
         return code_of_submit
-    finally:
-        os.chdir(Path.home())
-        shutil.rmtree(work, ignore_errors=True)
+
+
+def check(stdin: BinaryIO) -> int:
+    """python -m hpcdl.profiles check, here, of the client's profile with its overrides."""
+    request = json.loads(stdin.readline())
+    with _as_profile(request["profile"]) as (name, _):
+        from hpcdl.profiles import main
+
+        return main(["check", name, *request["overrides"]])
 
 
 def fetch(job: str, wait: bool) -> int:
@@ -103,6 +119,8 @@ def main(argv: list[str]) -> int:
         return jobs(rest)
     if verb == "fetch":
         return fetch(rest[0], "--wait" in rest[1:])
+    if verb == "check":
+        return check(sys.stdin.buffer)
     print(f"unknown verb {verb!r}\n{__doc__}", file=sys.stderr)
     return 2
 

@@ -104,3 +104,19 @@ def test_a_twenty_point_sweep_submitted_remotely_completes_there(site: dict[str,
     assert waited.returncode == 0 and waited.stdout.strip().endswith("COMPLETED"), waited.stdout + waited.stderr
     listed = cli("hpcdl.jobs", "list", "cluster=site").stdout
     assert re.search(rf"^{sweep}\s.*20/20 done: 20 COMPLETED", listed, re.M), listed
+
+
+def test_profiles_check_of_a_slurm_profile_shows_its_partitions_and_what_it_cannot_have() -> None:
+    checked = cli("hpcdl.profiles", "check", "slurm")
+    assert checked.returncode == 0, checked.stderr
+    assert re.search(r"^debug\*\s+2\s+4\s+0\s+none$", checked.stdout, re.M), checked.stdout
+    too_big = cli("hpcdl.profiles", "check", "slurm", "cluster.nodes=3")
+    assert too_big.returncode == 1 and "problem: cluster.nodes=3: partition debug has 2 node(s)" in too_big.stderr
+
+
+def test_profiles_check_of_a_remote_profile_asks_its_login_node(site: dict[str, Path]) -> None:
+    checked = cli("hpcdl.profiles", "check", "site", "cluster.time=10")
+    assert checked.returncode == 0, checked.stderr
+    assert "profile   site (slurm)" in checked.stdout and re.search(r"^debug\*\s+2\s+4", checked.stdout, re.M)
+    too_many = cli("hpcdl.profiles", "check", "site", "cluster.tasks_per_node=5")
+    assert too_many.returncode == 1 and "the nodes of partition debug have 4 CPUs" in too_many.stderr

@@ -184,6 +184,21 @@ def submit_remote(argv: Sequence[str]) -> Optional[int]:
     return _follow(site, ["watch", job_id], skip_shown=False)  # followed from here: a dropped connection resumes
 
 
+def check_remote(overrides: Sequence[str]) -> Optional[int]:
+    """python -m hpcdl.profiles check on the login node when the profile is remote; None: it is not."""
+    picked = [o for o in overrides if is_site_override(o)]
+    if not _may_be_remote(picked):
+        return None
+    from hpcdl.config.compose import compose_config
+
+    found = _site(compose_config(picked).cluster)
+    if found is None:
+        return None
+    site, profile = found
+    request = {"profile": profile, "overrides": [o for o in overrides if not is_site_override(o)]}
+    return run_agent(site, ["check"], send=lambda stdin: stdin.write(json.dumps(request).encode() + b"\n"))[0]
+
+
 # --- jobs ----------------------------------------------------------------------------------------------------
 
 def jobs_remote(argv: Sequence[str]) -> int:
