@@ -22,12 +22,14 @@ import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
-from hpcdl.remote.protocol import FETCHED, WRONG_VERSION, hpcdl_version
-from hpcdl.remote.transfer import pack_tree, unpack
+from hpcdl.remote.protocol import FETCHED, RESEND, WRONG_VERSION, hpcdl_version
+from hpcdl.remote.transfer import fill_from, keep, pack_tree, unpack
 
 SUBMITTED = re.compile(r"^Submitted (?:job|sweep) (\S+?):? ", re.MULTILINE)
 """The id in what hpcdl.submit prints (a job's or a sweep's first line)."""
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+TREE_KEY = re.compile(r"^[0-9a-f]{32}$")
+"""A client's key for the code tree kept here for it (see hpcdl.remote.records.sent_tree)."""
 
 
 def _work_folder() -> Path:
@@ -60,6 +62,11 @@ def submit(stdin: BinaryIO) -> int:
         code = work / "code"
         code.mkdir()
         unpack(stdin, code)  # whole before anything runs: a cut transfer submits nothing
+        tree = request.get("tree") or {}
+        kept = _work_folder() / f"tree-{tree['key']}" if TREE_KEY.match(str(tree.get("key"))) else None
+        if kept is not None and (missing := fill_from(kept, code, tree["files"])):
+            print(json.dumps({"status": RESEND, "missing": missing}))  # the client sends every file again
+            return RESEND
         os.environ.update(request.get("secrets") or {})  # passed to the job by name, never written
         os.chdir(code)
         argv = [*(["-m"] if request.get("multirun") else []), f"cluster={name}", *request["overrides"],
@@ -72,6 +79,9 @@ def submit(stdin: BinaryIO) -> int:
         sys.stderr.write(said.getvalue())
         found = SUBMITTED.search(said.getvalue())
         print(json.dumps({"status": code_of_submit, "id": found.group(1) if found else None}))
+        if kept is not None and code_of_submit == 0:
+            os.chdir(work)
+            keep(code, kept)
         return code_of_submit
 
 

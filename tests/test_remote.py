@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -176,3 +177,34 @@ def test_logs_follow_connects_again_after_the_connection_drops_and_shows_every_l
     assert follow.returncode == 0, err
     assert "line 0\n" + out == "".join(f"line {n}\n" for n in range(20))
     assert "connecting again" in err
+
+
+def test_after_the_first_submission_only_changed_files_are_sent_and_the_job_gets_the_whole_tree(
+        client: dict[str, Path], sshd: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    project = client["project"]
+    (project / "lib").mkdir()
+    (project / "lib" / "big.bin").write_bytes(os.urandom(4 << 20))
+    (project / "lib" / "small.txt").write_text("one")
+    first = submitted(cli("hpcdl.submit", "cluster=site", "script=job.py"))
+    (project / "lib" / "small.txt").write_text("two")
+    sent: list[int] = []
+    from hpcdl.remote import client as remote_client
+    from hpcdl.remote.client import submit_remote
+    from hpcdl.remote.transfer import pack
+
+    monkeypatch.setattr(remote_client, "pack", lambda stream, folder, names: (sent.append(len(names)),
+                                                                              pack(stream, folder, names)))
+    assert submit_remote(["cluster=site", "script=job.py"]) == 0
+    assert sent == [1]  # small.txt alone: big.bin and job.py were kept on the login node
+    second = sorted(client["store"].glob(".remote/job-*.json"))[-1].stem.removeprefix("job-")
+    assert second != first
+    code = client["remote_store"] / second / "code"
+    assert (code / "lib" / "small.txt").read_text() == "two"
+    assert (code / "lib" / "big.bin").read_bytes() == (project / "lib" / "big.bin").read_bytes()
+    assert (code / "job.py").is_file()
+    for kept in Path(pwd.getpwuid(sshd.uid).pw_dir, ".cache", "hpcdl", "remote").glob("tree-*"):
+        shutil.rmtree(kept)  # the login node lost its copy: every file is sent again
+    (project / "lib" / "small.txt").write_text("three")
+    sent.clear()
+    assert submit_remote(["cluster=site", "script=job.py"]) == 0
+    assert sent == [1, 3]

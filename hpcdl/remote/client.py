@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, Optional, Sequence
 
 from hpcdl.errors import HpcdlError
-from hpcdl.remote.protocol import AGENT, FETCHED, WRONG_VERSION, hpcdl_version, install_hint
+from hpcdl.remote.protocol import AGENT, FETCHED, RESEND, WRONG_VERSION, hpcdl_version, install_hint
 from hpcdl.remote.routing import is_site_override, job_key
-from hpcdl.remote.records import Site, last_listing, remember_job, remember_listing, site_of
-from hpcdl.remote.transfer import pack, unpack
+from hpcdl.remote.records import (Site, last_listing, remember_job, remember_listing, remember_sent, sent_tree,
+                                  site_of)
+from hpcdl.remote.transfer import digests, pack, unpack
 from hpcdl.remote.ssh import SSH_FAILED, Login, RemoteError, connect, remote_command
 
 if TYPE_CHECKING:
@@ -145,6 +146,15 @@ def _send_code(request: dict, folder: Path, names: Sequence[str]) -> Callable[[I
     return send
 
 
+def _submit(site: Site, request: dict, names: Sequence[str]) -> tuple[int, dict]:
+    """The agent's submit given ``request`` and the files ``names``: its status and its answer."""
+    answer: list[bytes] = []
+    status, _ = run_agent(site, ["submit"], send=_send_code(request, Path.cwd(), names),
+                          read=lambda out: answer.append(out.read()))
+    lines = answer[0].decode(errors="replace").strip().splitlines() if answer else []
+    return status, json.loads(lines[-1]) if lines else {}
+
+
 def submit_remote(argv: Sequence[str]) -> Optional[int]:
     """python -m hpcdl.submit ARGV through the login node when its profile is remote; None: it is not."""
     multirun = any(a in ("-m", "--multirun") for a in argv)
@@ -168,14 +178,16 @@ def submit_remote(argv: Sequence[str]) -> Optional[int]:
     check_secrets_set(profile["secrets"])
     names = code_files(Path.cwd(), store_root()) if profile["snapshot"] else []
     sent = [o for o in overrides if not is_site_override(o)] + (["wait=false"] if wait else [])
-    request = {"profile": profile, "overrides": sent,
-               "script_args": script_args, "multirun": multirun,
+    request = {"profile": profile, "overrides": sent, "script_args": script_args, "multirun": multirun,
                "secrets": {name: os.environ[name] for name in profile["secrets"]}}
-    answer: list[bytes] = []
-    status, _ = run_agent(site, ["submit"], send=_send_code(request, Path.cwd(), names),
-                          read=lambda out: answer.append(out.read()))
-    lines = answer[0].decode(errors="replace").strip().splitlines() if answer else []
-    job_id = json.loads(lines[-1]).get("id") if lines else None
+    files, last = digests(Path.cwd(), names), sent_tree(site)
+    changed = [name for name in names if last["files"].get(name) != files[name]]
+    status, answer = _submit(site, {**request, "tree": {"key": last["key"], "files": files}}, changed)
+    if status == RESEND:  # the login node no longer keeps the last tree whole: everything once more
+        status, answer = _submit(site, {**request, "tree": {"key": last["key"], "files": files}}, names)
+    job_id = answer.get("id")
+    if status == 0:
+        remember_sent(site, last["key"], files)
     if job_id:
         remember_job(job_id, site)
         print(f"Submitted {job_id} on {site.login.host}; from here: python -m hpcdl.jobs watch {job_id}")

@@ -9,6 +9,8 @@ AGENT = "hpcdl.agent"
 """The module the client runs on the login node (python -m hpcdl.agent --expect VERSION VERB ...)."""
 FETCHED = "{fetched}"
 """What the agent's fetch text says in place of its own temporary folder (the client puts its target there)."""
+RESEND = 4
+"""The agent's submit status when files the client did not send again are not kept there: send every file."""
 WRONG_VERSION = 3
 """The agent's exit status when its hpcdl is not the client's version (it says which it has on stderr)."""
 

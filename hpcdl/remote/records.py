@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any, Optional
 from hpcdl.errors import HpcdlError
 from hpcdl.remote.ssh import Login
 from hpcdl.store.atomic import atomic_write_text
-from hpcdl.store.files import REMOTE, REMOTE_JOB, REMOTE_LISTING
+from hpcdl.store.files import REMOTE, REMOTE_JOB, REMOTE_LISTING, REMOTE_TREE
 from hpcdl.store.folders import store_root
 from hpcdl.store.safety import JOB_ID, check_job_key
 
@@ -59,9 +60,28 @@ def site_of(key: str) -> Optional[Site]:
     return Site.from_dict(json.loads(found[0].read_text()))
 
 
+def _profile_file(pattern: str, profile: str) -> Path:
+    return _folder() / pattern.format(profile=profile if _SAFE.match(profile) else "profile")
+
+
 def _listing_file(profile: str) -> Path:
-    name = profile if _SAFE.match(profile) else "profile"
-    return _folder() / REMOTE_LISTING.format(profile=name)
+    return _profile_file(REMOTE_LISTING, profile)
+
+
+def sent_tree(site: Site) -> dict[str, Any]:
+    """The code last sent to ``site``: {key: the tree's key there, files: name -> digest} (a new key, no files,
+    the first time or when the login node moved)."""
+    path = _profile_file(REMOTE_TREE, site.profile)
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    if data.get("login") != site.login.to_dict() or data.get("store") != site.store:
+        return {"key": secrets.token_hex(16), "files": {}}
+    return {"key": data["key"], "files": data["files"]}
+
+
+def remember_sent(site: Site, key: str, files: dict[str, str]) -> None:
+    """Note the code tree ``files`` (name -> digest) that ``site`` now keeps under ``key``."""
+    atomic_write_text(_profile_file(REMOTE_TREE, site.profile), json.dumps(
+        {"key": key, "files": files, "login": site.login.to_dict(), "store": site.store}))
 
 
 def remember_listing(site: Site, text: str) -> None:

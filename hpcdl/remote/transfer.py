@@ -1,7 +1,9 @@
-"""Files over the SSH connection as a tar stream: plain files and folders only, nothing outside the target."""
+"""Files over the SSH connection as a tar stream: plain files and folders only, nothing outside the target; only
+the files changed since the last time, the login node keeping the tree it was sent last."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tarfile
@@ -46,3 +48,43 @@ def unpack(stream: IO[bytes], into: Path) -> int:
                 shutil.copyfileobj(source, f)
             files += 1
     return files
+
+
+def digests(folder: Path, names: Iterable[str]) -> dict[str, str]:
+    """Each file's SHA-256 (relative name -> hex digest)."""
+    found = {}
+    for name in names:
+        digest = hashlib.sha256()
+        with open(folder / name, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):  # not hashlib.file_digest: Python 3.10 lacks it
+                digest.update(block)
+        found[name] = digest.hexdigest()
+    return found
+
+
+def fill_from(kept: Path, code: Path, files: dict[str, str]) -> list[str]:
+    """Complete ``code`` (the files sent) with the unchanged files of the tree ``kept`` from the last time, each
+    checked against its digest in ``files``; the names that are neither sent nor kept as they should be."""
+    missing = []
+    for name, digest in files.items():
+        target = code.joinpath(*PurePosixPath(name).parts)
+        if target.is_file():
+            continue
+        source = kept.joinpath(*PurePosixPath(name).parts)
+        if ".." in PurePosixPath(name).parts or not source.is_file() or source.is_symlink() or \
+                digests(kept, [name])[name] != digest:
+            missing.append(name)
+            continue
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+    return missing
+
+
+def keep(code: Path, kept: Path) -> None:
+    """Make ``code`` the tree kept for next time (in place of the one before, by renames)."""
+    old = kept.with_name(kept.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if kept.exists():
+        os.rename(kept, old)
+    os.rename(code, kept)
+    shutil.rmtree(old, ignore_errors=True)
