@@ -3,6 +3,7 @@ node's side runs as a second account with its own store; the local backend runs 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pwd
@@ -208,3 +209,30 @@ def test_after_the_first_submission_only_changed_files_are_sent_and_the_job_gets
     sent.clear()
     assert submit_remote(["cluster=site", "script=job.py"]) == 0
     assert sent == [1, 3]
+
+
+def test_a_secret_reaches_the_remote_job_and_is_written_on_neither_side(
+        client: dict[str, Path], sshd: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    token = "tok-" + os.urandom(8).hex()
+    monkeypatch.setenv("MY_API_TOKEN", token)
+    (client["project"] / "job.py").write_text(
+        "import hashlib, os\nopen(os.path.join(os.environ['HPCDL_RESULTS_DIR'], 'seen.txt'), 'w').write("
+        "hashlib.sha256(os.environ.get('MY_API_TOKEN', '').encode()).hexdigest())\n")
+    job = submitted(cli("hpcdl.submit", "cluster=site", "script=job.py", "cluster.secrets=[MY_API_TOKEN]"))
+    assert cli("hpcdl.jobs", "wait", job).stdout.strip() == "COMPLETED"
+    # the job's file holds only a digest of what it saw; the value itself is in no file of either side
+    seen = (client["remote_store"] / job / "results" / "seen.txt").read_text()
+    assert seen == hashlib.sha256(token.encode()).hexdigest()
+    home = Path(pwd.getpwuid(sshd.uid).pw_dir)
+    for root in (client["remote_store"], home / ".cache", client["store"], client["project"]):
+        for path in root.rglob("*"):
+            if path.is_file():
+                assert token.encode() not in path.read_bytes(), path
+
+
+def test_cancel_from_the_client_ends_the_remote_job(client: dict[str, Path]) -> None:
+    (client["project"] / "job.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(120)\n")
+    job = submitted(cli("hpcdl.submit", "cluster=site", "script=job.py"))
+    cancelled = cli("hpcdl.jobs", "cancel", job)
+    assert cancelled.returncode == 0 and "state now CANCELLED" in cancelled.stdout, cancelled.stdout + cancelled.stderr
+    assert "CANCELLED" in cli("hpcdl.jobs", "show", job).stdout
