@@ -18,10 +18,13 @@ import os
 import re
 import shutil
 import sys
+import tarfile
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
+from hpcdl.errors import HpcdlError
 from hpcdl.remote.protocol import FETCHED, RESEND, WRONG_VERSION, hpcdl_version
 from hpcdl.remote.transfer import fill_from, keep, pack_tree, unpack
 
@@ -32,11 +35,20 @@ TREE_KEY = re.compile(r"^[0-9a-f]{32}$")
 """A client's key for the code tree kept here for it (see hpcdl.remote.records.sent_tree)."""
 
 
+STALE_AFTER_S = 86400
+"""An incoming folder this old was left by an agent that was killed (a cut transfer cleans up after itself)."""
+
+
 def _work_folder() -> Path:
-    """This user's private folder for what a client sends ($XDG_CACHE_HOME/hpcdl/remote, created 0700)."""
+    """This user's private folder for what a client sends ($XDG_CACHE_HOME/hpcdl/remote, created 0700), without
+    the incoming folders of agents killed long ago."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     folder = base / "hpcdl" / "remote"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for left in folder.glob(".incoming-*"):
+        with contextlib.suppress(OSError):
+            if time.time() - left.lstat().st_mtime > STALE_AFTER_S:
+                shutil.rmtree(left)
     return folder
 
 
@@ -121,6 +133,14 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return WRONG_VERSION
     verb, rest = argv[2], argv[3:]
+    try:
+        return _run(verb, rest)
+    except (HpcdlError, tarfile.TarError, EOFError) as e:  # a transfer cut short, a refused file: nothing was kept
+        print(f"error: {verb} on {os.uname().nodename}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+
+
+def _run(verb: str, rest: list[str]) -> int:
     if verb == "submit":
         return submit(sys.stdin.buffer)
     if verb == "jobs":

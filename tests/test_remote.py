@@ -236,3 +236,51 @@ def test_cancel_from_the_client_ends_the_remote_job(client: dict[str, Path]) -> 
     cancelled = cli("hpcdl.jobs", "cancel", job)
     assert cancelled.returncode == 0 and "state now CANCELLED" in cancelled.stdout, cancelled.stdout + cancelled.stderr
     assert "CANCELLED" in cli("hpcdl.jobs", "show", job).stdout
+
+
+def test_a_transfer_cut_midway_submits_nothing_and_leaves_nothing_on_the_login_node(tmp_path: Path) -> None:
+    """The agent as the login node runs it, given a request and a code tar cut short (a dropped connection)."""
+    import io
+    import tarfile
+
+    from hpcdl.remote.protocol import hpcdl_version
+
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "job.py").write_bytes(b"print('x')\n" * 50000)
+    whole = io.BytesIO()
+    with tarfile.open(fileobj=whole, mode="w|") as tar:
+        tar.add(tmp_path / "project" / "job.py", arcname="job.py")
+    store = tmp_path / "store"
+    request = {"profile": {"name": "site", "backend": "local", "store": str(store)}, "overrides": ["script=job.py"],
+               "script_args": [], "multirun": False, "secrets": {}}
+    cut = json.dumps(request).encode() + b"\n" + whole.getvalue()[:len(whole.getvalue()) // 2]
+    done = subprocess.run([sys.executable, "-m", "hpcdl.agent", "--expect", hpcdl_version(), "submit"], input=cut,
+                          capture_output=True, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert done.returncode == 1 and b"error: submit on " in done.stderr and b"Traceback" not in done.stderr
+    assert not store.exists() or not [p for p in store.iterdir() if not p.name.startswith(".")]
+    assert list((tmp_path / "cache" / "hpcdl" / "remote").iterdir()) == []
+
+
+@pytest.mark.parametrize("member", ["../outside.txt", "/etc/passwd-copy", "link"])
+def test_files_received_over_the_connection_stay_inside_their_folder(tmp_path: Path, member: str) -> None:
+    import io
+    import tarfile
+
+    from hpcdl.errors import HpcdlError
+    from hpcdl.remote.transfer import unpack
+
+    stream = io.BytesIO()
+    with tarfile.open(fileobj=stream, mode="w") as tar:
+        info = tarfile.TarInfo(member)
+        if member == "link":
+            info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            tar.addfile(info)
+        else:
+            info.size = 2
+            tar.addfile(info, io.BytesIO(b"hi"))
+    stream.seek(0)
+    into = tmp_path / "into"
+    into.mkdir()
+    with pytest.raises(HpcdlError, match="only plain files and folders inside"):
+        unpack(stream, into)
+    assert list(into.iterdir()) == [] and not (tmp_path / "outside.txt").exists()
