@@ -94,6 +94,7 @@ def main() -> None:
             shutil.rmtree(scratch, ignore_errors=True)
     medians = {name: statistics.median(values) for name, values in times.items()}
     result = {"benchmark": "remote_submit", "repeats": options.repeats, "jobs_listed": options.jobs,
+              "load_average": os.getloadavg(), "cpus": os.cpu_count(),
               "seconds": times, "median_s": medians,
               "ratio_submit_first_connection": medians["remote_first_connection"] / medians["login_node"],
               "ratio_submit_connected": medians["remote_connected"] / medians["login_node"],
