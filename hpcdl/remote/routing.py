@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from hpcdl.store.safety import JOB_KEY
+
 ID_VERBS = ("show", "watch", "wait", "cancel", "fetch", "resume", "logs")
 """The jobs verbs that take a job's ID."""
 OPTIONS_WITH_VALUES = ("--rank", "--timeout", "--to", "--time")
@@ -28,8 +30,8 @@ def goes_remote(argv: Sequence[str]) -> bool:
     job was submitted from here to one (see hpcdl.remote.records)."""
     if any(is_site_override(word) for word in argv):
         return True
-    if not argv or argv[0] not in ID_VERBS or (key := job_key(argv)) is None:
-        return False
+    if not argv or argv[0] not in ID_VERBS or (key := job_key(argv)) is None or not JOB_KEY.match(key):
+        return False  # no ID, or one the local command refuses with its own message
     from hpcdl.remote.records import site_of
 
     return site_of(key) is not None
