@@ -284,3 +284,11 @@ def test_files_received_over_the_connection_stay_inside_their_folder(tmp_path: P
     with pytest.raises(HpcdlError, match="only plain files and folders inside"):
         unpack(stream, into)
     assert list(into.iterdir()) == [] and not (tmp_path / "outside.txt").exists()
+
+
+def test_a_remote_dry_run_shows_what_the_login_node_would_start_and_submits_nothing(
+        client: dict[str, Path]) -> None:
+    done = cli("hpcdl.submit", "cluster=site", "script=job.py", "dry_run=true")
+    assert done.returncode == 0, done.stderr
+    assert "dry run: nothing was submitted" in done.stderr and "hpcdl.worker" in done.stderr
+    assert not list(client["store"].rglob("job-*.json")) and not list(client["remote_store"].iterdir())
