@@ -492,6 +492,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    from hpcdl.remote.routing import goes_remote
+
+    if goes_remote(argv):  # cluster=NAME of a remote profile, or a job submitted from here to one: its login node
+        from hpcdl.remote.client import jobs_remote
+
+        try:
+            return jobs_remote(argv)
+        except (HpcdlError, OSError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     args = parser().parse_args(argv)
     try:
         return args.run(args)

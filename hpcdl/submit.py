@@ -25,6 +25,14 @@ def main(argv: list[str]) -> int:
 
     if (answered := help_or_cfg(argv, USAGE)) is not None:
         return answered
+    from hpcdl.remote.client import submit_remote
+
+    try:  # a remote profile: composed and checked here, submitted through its login node
+        if (submitted := submit_remote(argv)) is not None:
+            return submitted
+    except HpcdlError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if any(a in ("-m", "--multirun") for a in argv):
         from hpcdl.sweep.app import multirun
 

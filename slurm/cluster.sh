@@ -31,7 +31,7 @@ log() { printf '[slurm/cluster.sh] %s\n' "$*" >&2; }
 install_packages() {
   local missing=()
   for cmd in slurmctld:slurm-wlm slurmdbd:slurmdbd munged:munge mariadbd:mariadb-server mpirun:openmpi-bin \
-             mpicc:libopenmpi-dev; do
+             mpicc:libopenmpi-dev sshd:openssh-server ssh:openssh-client rsync:rsync; do
     command -v "${cmd%%:*}" >/dev/null 2>&1 || missing+=("${cmd##*:}")
   done
   if [ ${#missing[@]} -gt 0 ]; then
@@ -44,12 +44,12 @@ install_packages() {
 
 write_configs() {
   mkdir -p "$STATE"/{etc,munge,mysql,log,ctld,run} "$STATE"/spool
-  chmod 700 "$STATE"
+  chmod 711 "$STATE"  # other accounts reach slurm.conf and the munge socket, as on a site
   if [ ! -s "$STATE/munge/munge.key" ]; then
     dd if=/dev/urandom of="$STATE/munge/munge.key" bs=1024 count=1 status=none
     chmod 400 "$STATE/munge/munge.key"
   fi
-  chmod 700 "$STATE/munge"
+  chmod 711 "$STATE/munge"  # the socket reachable by every account; the key stays root's
   local node_list="${NODES[0]}"
   [ ${#NODES[@]} -gt 1 ] && node_list="n[1-${#NODES[@]}]"
   cat > "$CONF" <<CONF

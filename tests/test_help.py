@@ -16,6 +16,7 @@ import yaml
 from hpcdl.config import AugmentationConfig, ClusterConfig, Config, DataConfig, ModelConfig, NetworkConfig
 from hpcdl.config import TrainingOptions
 from hpcdl.config.fields import type_name
+from hpcdl.config.remote import RemoteConfig
 from hpcdl.config.help import config_groups, field_docs, help_or_cfg, help_text, markdown_tables, sections, show
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,7 +32,8 @@ def cli(tmp_path: Path, module: str, *args: str) -> subprocess.CompletedProcess[
 def test_sections_are_found_by_walking_the_tree_from_config() -> None:
     assert sections() == {"": Config, "model": ModelConfig, "data": DataConfig,
                           "data.augmentation": AugmentationConfig, "training": TrainingOptions,
-                          "cluster": ClusterConfig, "cluster.network": NetworkConfig}
+                          "cluster": ClusterConfig, "cluster.network": NetworkConfig,
+                          "cluster.remote": RemoteConfig}
 
 
 @pytest.mark.parametrize("path", list(sections()))
@@ -71,7 +73,7 @@ def test_config_groups_include_the_users_own_profiles(tmp_path: Path, monkeypatc
 
 def test_readme_tables_are_the_generated_ones() -> None:
     readme = (REPO / "README.md").read_text()
-    for marker in ("config", "model", "data", "data.augmentation", "training", "cluster", "cluster.network"):
+    for marker in ("config", "model", "data", "data.augmentation", "training", "cluster", "cluster.network", "cluster.remote"):
         assert f"<!-- options:{marker} -->" in readme and f"<!-- /options:{marker} -->" in readme, marker
     assert markdown_tables(readme) == readme, "run: python -m hpcdl.config.help --markdown --write README.md"
 

@@ -31,7 +31,7 @@ HELP_COMMANDS = [
     "python -m hpcdl.submit --help", "python -m hpcdl.run --help", "python -m hpcdl.jobs --help",
     *(f"python -m hpcdl.jobs {verb} --help"
       for verb in ("list", "clean", "show", "logs", "watch", "wait", "cancel", "fetch", "resume")),
-    "python -m hpcdl.devices --help", "python -m hpcdl.config.help --help", "python -m hpcdl.config.help",
+    "python -m hpcdl.devices --help", "python -m hpcdl.profiles --help", "python -m hpcdl.config.help --help", "python -m hpcdl.config.help",
     "hpcdl-submit --help", "hpcdl-jobs --help", "hpcdl-run --help", "hpcdl-devices --help",
 ]
 """Every --help a user can ask for; each must answer (exit 0), and the example commands it shows run."""
@@ -50,6 +50,11 @@ SKIPPED = {
     "gpus_per_node: 1": "needs a GPU node; the test cluster has none",
     "gpus_per_node=4": "needs GPU nodes; the test cluster has none",
     "training.gpus=[0,2]": "needs two GPUs on this machine",
+    "profiles check slurm": "asks the test cluster's controller; tests/test_slurm_remote.py runs these checks",
+    "login.example.org": "a login node reachable over SSH; tests/test_remote.py runs such a profile through a test sshd",
+    "cluster=mysite": "a login node reachable over SSH; tests/test_remote.py runs these commands through a test sshd",
+    "logs JOB_ID -f": "a job on a login node over SSH; tests/test_remote.py follows one through a test sshd",
+    "fetch JOB_ID": "a job on a login node over SSH; tests/test_remote.py fetches one through a test sshd",
 }
 """Examples that do not run here, keyed by a substring of theirs, with the reason."""
 

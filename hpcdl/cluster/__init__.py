@@ -69,6 +69,9 @@ class Backend(Protocol):
     def describe_sweep(self, backend_id: str) -> str:
         """What a sweep was handed to, in words ('Slurm array(s) 12,13', 'a background runner on HOST')."""
 
+    def survey(self) -> list[str]:
+        """What the cluster offers, in lines for people: Slurm's partitions and their limits, or this machine's."""
+
     def requeue(self, job: str) -> Optional[str]:
         """In the job: queue it (the scheduler's id ``job``) again to go on from its checkpoint; None once queued,
         else the scheduler's refusal in words."""

@@ -151,6 +151,12 @@ class LocalBackend:
         """The runner on this machine."""
         return f"a background runner on {os.uname().nodename}"
 
+    def survey(self) -> list[str]:
+        """This machine: its CPUs and GPUs."""
+        from hpcdl.gpus import cpu_count, gpu_count
+
+        return [f"this machine ({os.uname().nodename}): {cpu_count()} CPUs, {gpu_count()} GPU(s)"]
+
     def requeue(self, job: str) -> Optional[str]:
         """Never: a local job has no scheduler to queue it again (its worker is given no job id)."""
         return "a local job is not queued again"

@@ -424,6 +424,15 @@ class SlurmBackend:
         """The job arrays."""
         return f"Slurm array(s) {backend_id}"
 
+    def survey(self) -> list[str]:
+        """One line per partition (from sinfo): its nodes, CPUs and GPUs per node, time limit; * the default."""
+        lines = ["PARTITION  NODES  CPUS/NODE  GPUS/NODE  TIME LIMIT"]
+        for p in partitions().values():
+            limit = "none" if p.time_limit_minutes is None else f"{p.time_limit_minutes} min"
+            lines.append(f"{p.name + '*' * p.default:<10} {p.nodes:>5}  {p.cpus_per_node:>9}  {p.gpus_per_node:>9}  "
+                         f"{limit}")
+        return lines
+
     def requeue(self, job: str) -> Optional[str]:
         """scontrol requeue: the job goes on from its checkpoint (Slurm runs it again with its restart count
         raised); None once queued, else what scontrol said."""

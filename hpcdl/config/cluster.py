@@ -9,6 +9,7 @@ from dataclasses import field
 from typing import Dict, List, Optional
 
 from hpcdl.config.network import NetworkConfig, refuse_nvls
+from hpcdl.config.remote import RemoteConfig
 from hpcdl.config.secrets import VARIABLE_NAME, check_single_line, check_variable_names
 from hpcdl.errors import ConfigError
 from hpcdl.config.fields import check_types, options, require, require_choice
@@ -110,6 +111,8 @@ class ClusterConfig:
     """The same before a rank's first step (imports, compiling, the first collective), >= heartbeat_timeout_s."""
     mpirun: List[str] = field(default_factory=lambda: ["mpirun"])
     """How training.comm=mpi jobs start their ranks inside the allocation (Open MPI's mpirun reads Slurm's)."""
+    remote: RemoteConfig = field(default_factory=RemoteConfig)
+    """Submit through a login node over SSH (remote.host set): store and python are then the cluster's."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -146,7 +149,7 @@ class ClusterConfig:
                 raise ConfigError(f"cluster.sbatch_extra: {key!r} is not an sbatch option name (mail-type, ...)")
             check_single_line(value, f"cluster.sbatch_extra.{key}")
         refuse_nvls(self.env, "cluster.env")
-        if self.python is not None and shutil.which(os.path.expanduser(self.python)) is None:
+        if self.remote.host is None and self.python is not None and shutil.which(os.path.expanduser(self.python)) is None:
             raise ConfigError(f"cluster.python: {self.python!r} is not an executable python on this machine")
         if self.backend == "local":
             for name in ("partition", "account", "qos", "constraint"):

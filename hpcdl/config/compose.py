@@ -24,6 +24,31 @@ def user_config_dirs() -> list[Path]:
     return [Path(c).expanduser().resolve() for c in candidates if c and Path(c).expanduser().is_dir()]
 
 
+SITE_DIR = Path("/etc/hpcdl")
+"""Where an admin installs the site's profiles (cluster/NAME.yaml) and groups; $HPCDL_SITE_DIR moves it."""
+
+
+def site_config_dir() -> Optional[Path]:
+    """The site's folder of profiles and groups ($HPCDL_SITE_DIR, else /etc/hpcdl), when there is one."""
+    folder = Path(os.environ.get("HPCDL_SITE_DIR") or SITE_DIR).expanduser()
+    return folder.resolve() if folder.is_dir() else None
+
+
+def config_dirs() -> list[Path]:
+    """Every folder of profiles and groups beside hpcdl's own, first found first: the user's, then the site's."""
+    site = site_config_dir()
+    return [*user_config_dirs(), *([site] if site is not None and site not in user_config_dirs() else [])]
+
+
+def profile_file(name: str) -> Optional[Path]:
+    """The YAML file of cluster profile ``name`` that composition picks (the user's first), or None."""
+    for folder in [*config_dirs(), CONF_DIR]:
+        path = folder / "cluster" / f"{name}.yaml"
+        if path.is_file():
+            return path
+    return None
+
+
 def register_configs() -> None:
     """Put the root schema into Hydra's ConfigStore (idempotent).
 
@@ -125,8 +150,9 @@ def compose_config(overrides: Sequence[str] = (), config_dir: Path = CONF_DIR) -
 
 
 def searchpath_overrides() -> list[str]:
-    """The Hydra override that adds the user's profile folders to the config search path (none without any)."""
-    search = [f"file://{d}" for d in user_config_dirs()]
+    """The Hydra override that adds the user's and the site's profile folders to the config search path (none
+    without any)."""
+    search = [f"file://{d}" for d in config_dirs()]
     return [f"hydra.searchpath=[{','.join(search)}]"] if search else []
 
 

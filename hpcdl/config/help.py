@@ -19,7 +19,7 @@ import typing
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from hpcdl.config.compose import CONF_DIR, compose_config, default_target, user_config_dirs
+from hpcdl.config.compose import CONF_DIR, compose_config, config_dirs, default_target
 from hpcdl.config.fields import type_name
 from hpcdl.config.root import Config
 from hpcdl.config.targets import TARGET, TARGET_SECTIONS
@@ -90,7 +90,7 @@ def show(value: Any) -> str:
 def config_groups() -> dict[str, list[str]]:
     """Each config group (cluster, data, ...) and its options: the YAML files in hpcdl/conf/ and the user's folders."""
     groups: dict[str, set[str]] = {}
-    for folder in [CONF_DIR, *user_config_dirs()]:
+    for folder in [CONF_DIR, *config_dirs()]:
         for group in (d for d in folder.iterdir() if d.is_dir()):
             groups.setdefault(group.name, set()).update(f.stem for f in group.glob("*.yaml"))
     return {name: sorted(choices) for name, choices in sorted(groups.items())}
@@ -110,7 +110,8 @@ def help_text(usage: str, values: Config) -> str:
     lines = [usage.strip(), "",
              "Overrides are Hydra's: key=value sets an option, group=option picks a file, +key=value adds a",
              "mapping key (cluster.env, ...). --cfg job prints the composed config and exits; -h/--help this.",
-             "", "Config groups (hpcdl/conf/, $HPCDL_CONFIG_DIR, ~/.config/hpcdl; * marks the default):"]
+             "", "Config groups (hpcdl/conf/, $HPCDL_CONFIG_DIR, ~/.config/hpcdl, the site's /etc/hpcdl; * marks the "
+             "default):"]
     for group, choices in config_groups().items():
         lines.append(f"  {group:<10}" + ", ".join(c + "*" * (chosen.get(group) == c) for c in choices))
     lines += ["", "Options (key, type, value as composed with the overrides given, doc):"]

@@ -67,6 +67,15 @@ CANCELLED_MARK = "cancelled"
 """A file in a sweep's folder once it was cancelled: later batches of its sweeper are refused."""
 INDEX_ROWS = "rows.jsonl"
 """In a store's index folder: one row per job (hpcdl.store.index)."""
+REMOTE = ".remote"
+"""In a client's store: the jobs it submitted to login nodes over SSH (REMOTE_JOB) and what it last saw there."""
+REMOTE_JOB = "job-{id}.json"
+"""In REMOTE: a remote job's profile name and how to reach its login node."""
+REMOTE_LISTING = "listing-{profile}.json"
+"""In REMOTE: the last jobs list seen on a remote profile's login node (shown, marked, while it is unreachable)."""
+REMOTE_TREE = "sent-{profile}.json"
+"""In REMOTE: the code files last sent to a remote profile's login node (names and digests), and the key of the
+tree kept there."""
 RESULTS = (MODEL, INFO, RESULT, METRICS, PLOT)
 """What jobs fetch copies of a training job."""
 
