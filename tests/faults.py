@@ -69,11 +69,24 @@ dist.all_reduce(torch.ones(1))
 '''
 
 
+NAPPING_SCRIPT = '''
+import time
+
+
+def nap():
+    time.sleep(600)
+
+
+nap()
+'''
+
+
 def write_faults(folder: Path) -> Path:
-    """``folder`` with faults.py (entry functions) and failing_script.py in it."""
+    """``folder`` with faults.py (entry functions), failing_script.py and napping_script.py in it."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "faults.py").write_text(FAULTS)
     (folder / "failing_script.py").write_text(SCRIPT)
+    (folder / "napping_script.py").write_text(NAPPING_SCRIPT)
     return folder
 
 

@@ -136,6 +136,20 @@ def test_jobs_stacks_gives_a_running_jobs_stacks_on_demand(store: Path, tmp_path
         cli(user, "hpcdl.jobs", "cancel", job_id)
 
 
+@pytest.mark.skipif(shutil.which("py-spy") is None, reason="needs py-spy (the test extra installs it)")
+def test_jobs_stacks_gives_a_scripts_own_stack_through_py_spy(store: Path, tmp_path: Path) -> None:
+    user = write_faults(tmp_path / "user")
+    job_id = submit(user, "script=napping_script.py", "cluster.tasks_per_node=2", "cluster.time=00:05:00")
+    folder = store / job_id
+    try:
+        wait_for(lambda: heartbeat_of(folder, 1).get("ticks", 0) > 1, 120, "rank 1 runs the script")
+        shown = cli(user, "hpcdl.jobs", "stacks", job_id)
+        assert shown.returncode == 0 and "--- ranks 0,1 ---" in shown.stdout, shown
+        assert 'napping_script.py", line 6, in nap' in shown.stdout and "in <module>" in shown.stdout, shown.stdout
+    finally:
+        cli(user, "hpcdl.jobs", "cancel", job_id)
+
+
 def test_a_scripts_own_traceback_is_the_verdict(store: Path, tmp_path: Path) -> None:
     user = write_faults(tmp_path / "user")
     job_id = submit(user, "script=failing_script.py", "cluster.tasks_per_node=2", "cluster.time=00:05:00",
