@@ -32,6 +32,7 @@ def raise_on_rank_1(config):
     dist.all_reduce(value)
     if rank == 1:  # a thread that is no daemon keeps the process alive after its error: its peers time out
         threading.Thread(target=time.sleep, args=(300,)).start()
+        print(f"fault at {time.time()}", flush=True)
         raise ValueError("rank 1 fails on purpose")
     dist.all_reduce(value)
 
@@ -49,6 +50,7 @@ def steps_forever(config):
 
 
 def nap_before_all_reduce():
+    print(f"fault at {time.time()}", flush=True)
     time.sleep(float(os.environ.get("FAULT_NAP_S", "0")))
 '''
 
@@ -64,6 +66,7 @@ def check(value):
 
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(os.environ["HPCDL_COLLECTIVE_TIMEOUT_S"])))
 if dist.get_rank() == 1:
+    print(f"fault at {__import__('time').time()}", flush=True)
     check(7)
 dist.all_reduce(torch.ones(1))
 '''

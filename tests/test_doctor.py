@@ -21,6 +21,19 @@ HOST = socket.gethostname()
 FAST = ("cluster.tasks_per_node=4", "cluster.heartbeat_timeout_s=5", "cluster.time=00:05:00")
 
 
+def fail_on_rank_1(message: str) -> None:
+    """A hpcdl.batch function: rank 1 raises while rank 0 waits for it in an all-reduce."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=10))
+    if dist.get_rank() == 1:
+        raise RuntimeError(message)
+    dist.all_reduce(torch.ones(1))
+
+
 def _record_time(folder: Path, rank: int) -> float:
     return json.loads((folder / FAILURES / FAILURE.format(rank=rank)).read_text())["time"]
 
@@ -73,7 +86,7 @@ def test_an_exception_on_rank_1_of_4_is_the_root_cause_not_rank_0s_timeout(store
     why = cli(user, "hpcdl.jobs", "why", job_id).stdout
     assert root_line(why).startswith(f"root cause: rank 1 on {HOST} (pid ") and \
         root_line(why).endswith("ValueError: rank 1 fails on purpose"), why
-    assert 'faults.py", line 20, in raise_on_rank_1' in why and "hpcdl/" not in why.split("victims")[0], why
+    assert 'faults.py", line 21, in raise_on_rank_1' in why and "hpcdl/" not in why.split("victims")[0], why
     victims = why.split("victims (")[1]
     assert "rank 0 on" in victims and "imed out" in victims, why  # rank 0 waited 10 s for rank 1: a victim
     assert _record_time(folder, 0) - _record_time(folder, 1) > 9  # the victim's failure came later
@@ -134,6 +147,16 @@ def test_jobs_stacks_gives_a_running_jobs_stacks_on_demand(store: Path, tmp_path
         assert cli(user, "hpcdl.jobs", "show", job_id).stdout.count("cause ") == 0  # running: no verdict yet
     finally:
         cli(user, "hpcdl.jobs", "cancel", job_id)
+
+
+def test_a_batch_functions_exception_is_the_root_cause(store: Path, tmp_path: Path) -> None:
+    import hpcdl
+
+    job = hpcdl.batch(fail_on_rank_1, "the batch fails on purpose", cluster="local", tasks_per_node=2)
+    why, _ = verdict_after(tmp_path, job.folder, job.id, time.time())
+    assert root_line(why).startswith(f"root cause: rank 1 on {HOST}") and \
+        root_line(why).endswith("RuntimeError: the batch fails on purpose"), why
+    assert "in fail_on_rank_1" in why and "raise RuntimeError(message)" in why, why
 
 
 @pytest.mark.skipif(shutil.which("py-spy") is None, reason="needs py-spy (the test extra installs it)")

@@ -31,7 +31,7 @@ def test_an_exception_on_rank_1_of_4_is_the_root_cause_on_slurm(store: Path, tmp
     why, _ = verdict_after(user, folder, job_id, time.time())
     assert root_line(why).startswith("root cause: rank 1 on n1 (pid ") and \
         root_line(why).endswith("ValueError: rank 1 fails on purpose"), why
-    assert 'faults.py", line 20, in raise_on_rank_1' in why, why
+    assert 'faults.py", line 21, in raise_on_rank_1' in why, why
     wait_for(lambda: (folder / FAILURES / FAILURE.format(rank=0)).is_file(), 120, "rank 0 timed out")
     why = cli(user, "hpcdl.jobs", "why", job_id).stdout
     assert root_line(why).endswith("ValueError: rank 1 fails on purpose"), why

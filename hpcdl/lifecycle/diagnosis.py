@@ -31,10 +31,11 @@ LINE_WIDTH = 160
 
 @dataclass
 class Verdict:
-    """The root cause (a failure record, or None when none is known) and the victims, earliest first."""
+    """The root cause (a failure record, or None when none is known) and the other failures, earliest first."""
 
     root: Optional[dict[str, Any]]
     victims: list[dict[str, Any]] = field(default_factory=list)
+    """Every failure but the root: the consequences of another (cause false) and any other cause."""
     groups: list[tuple[list[int], list[list[Any]]]] = field(default_factory=list)
     """The ranks' stacks of the newest request, grouped (biggest group first); empty when none were asked."""
     flight: str = ""
@@ -131,9 +132,11 @@ def describe(verdict: Verdict) -> str:
         lines.append(f"{kind}: {_where(root)}{at}: {_what(root)}")
         if root.get("traceback"):
             lines.append(str(root["traceback"]).rstrip("\n"))
-    if verdict.victims:
-        lines.append(f"victims ({len(verdict.victims)}):")
-        for entry in verdict.victims:
+    for title, cause in (("other failures, no consequence of a peer's", True), ("victims", False)):
+        told = [entry for entry in verdict.victims if bool(entry.get("cause")) == cause]
+        if told:
+            lines.append(f"{title} ({len(told)}):")
+        for entry in told:
             after = (f" +{entry['time'] - verdict.root['time']:.1f} s"
                      if entry.get("time") and verdict.root and verdict.root.get("time") else "")
             line = f"  {_where(entry)}{after}: {_what(entry)}"
