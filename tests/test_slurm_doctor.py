@@ -71,6 +71,24 @@ def test_a_rank_sleeping_before_an_all_reduce_on_slurm_is_named_with_its_stack(
     print(f"slurm hang: the verdict and the job's end {ended_s:.1f} s after the nap began (hang_timeout_s=5)")
 
 
+def test_jobs_stacks_reaches_every_rank_on_both_nodes(store: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAULT_NAP_S", "600")
+    user = write_faults(tmp_path / "user")
+    job_id = submit(user, "entry=faults:steps_forever", *ON_SLURM, "cluster.export=[FAULT_NAP_S]")
+    folder = store / job_id
+    try:
+        wait_for(lambda: heartbeat_of(folder, 2).get("steps", 0) >= 5, 180, "rank 2 reached its nap")
+        shown = cli(user, "hpcdl.jobs", "stacks", job_id)
+        assert shown.returncode == 0 and f"job {job_id}: stacks of 4 of 4 rank(s)" in shown.stdout, shown
+        assert "--- ranks 0,1,3 (waiting in all_reduce) ---" in shown.stdout, shown.stdout
+        assert "--- OUTLIER rank 2 ---" in shown.stdout and "in nap_before_all_reduce" in shown.stdout, shown.stdout
+        hosts = {json.loads(p.read_text())["host"] for p in (folder / STACKS).glob("rank*.json")}
+        assert hosts == {"n1", "n2"}, hosts
+    finally:
+        cli(user, "hpcdl.jobs", "cancel", job_id)
+
+
 def test_a_scripts_own_traceback_is_the_verdict_on_slurm(store: Path, tmp_path: Path) -> None:
     user = write_faults(tmp_path / "user")
     job_id = submit(user, "script=failing_script.py", *ON_SLURM, "cluster.collective_timeout_s=10")
