@@ -6,6 +6,8 @@
     python -m hpcdl.jobs show ID               # ID: hpcdl id, a unique prefix, a Slurm job id, or last;
                                                # a sweep's id: its points' table (fetch: CSV and curves)
     python -m hpcdl.jobs logs ID -f --rank 0   # --stderr: the rank's stderr
+    python -m hpcdl.jobs why ID                # the root-cause rank and its traceback, its victims, a hang's stacks
+    python -m hpcdl.jobs stacks ID             # every rank's Python stack now, grouped
     python -m hpcdl.jobs watch ID
     python -m hpcdl.jobs wait ID --timeout 3600
     python -m hpcdl.jobs cancel ID
@@ -197,6 +199,7 @@ def _show(job: "Job") -> int:
     m = record.manifest
     print(f"job       {record.id}  ({m['kind']} '{m['name']}')\n"
           f"state     {_state(record)}{'  (' + record.reason + ')' if record.reason else ''}\n"
+          + _cause_line(job, record) +
           f"profile   {m['profile']} ({record.backend}), scheduler id {_scheduler_id(record) or '-'}\n"
           f"submitted {_when(m['submitted_at'])} from "
           f"{m['submitted_from']['host']}:{m['submitted_from']['cwd']}\n"
@@ -220,6 +223,67 @@ def _show(job: "Job") -> int:
               f"time {resume['time']}")
     _show_outcome(job, record)
     return 0
+
+
+def cmd_why(args: argparse.Namespace) -> int:
+    """The root-cause rank of a failed job with its traceback, its victims one line each, a hang's stacks."""
+    from hpcdl.lifecycle.diagnosis import describe
+    from hpcdl.lifecycle.job import Job
+
+    job = Job.attach(args.id)
+    record = job.refresh()
+    verdict = job.verdict()
+    print(f"job {record.id} {_state(record)}" + (f": {record.reason}" if record.reason else ""))
+    told = describe(verdict)
+    if told:
+        print(told)
+    elif record.state not in (RUNNING, PENDING, SUBMITTING) and record.state not in NOT_FAILED:
+        print("no rank recorded a failure; what the job wrote last:\n" + job.error())
+    else:
+        print("no rank has failed" + (f"; its stacks now: python -m hpcdl.jobs stacks {record.id}"
+                                      if record.state == RUNNING else ""))
+    return 0
+
+
+STACKS_WAIT_S = 20.0
+"""How long jobs stacks waits for every rank's answer."""
+
+
+def cmd_stacks(args: argparse.Namespace) -> int:
+    """Ask every rank of a running job for its Python stacks and print them grouped by identical stack."""
+    from hpcdl.distributed import stacks
+    from hpcdl.lifecycle.job import Job
+
+    job = Job.attach(args.id)
+    record = job.refresh()
+    if record.state != RUNNING:
+        raise HpcdlError(f"job {record.id} is {_state(record)}: only a running job's ranks can give their stacks"
+                         + (f" (its last ones: python -m hpcdl.jobs why {record.id})" if record.final else ""))
+    world = record.plan.get("world_size", 1)
+    found = stacks.collect(record.folder, stacks.request(record.folder), world, args.timeout)
+    print(f"job {record.id}: stacks of {len(found)} of {world} rank(s)"
+          + (f"; no answer from rank(s) {', '.join(str(r) for r in range(world) if r not in found)}"
+             if len(found) < world else ""))
+    odd = {tuple(ranks) for ranks, _ in stacks.outliers(stacks.groups(found))}
+    for ranks, stack in stacks.groups(found):
+        waits = stacks.in_collective(stack)
+        print(f"--- {'OUTLIER ' if tuple(ranks) in odd else ''}rank{'s' if len(ranks) > 1 else ''} "
+              f"{','.join(map(str, ranks))}" + (f" (waiting in {waits})" if waits else "") + " ---")
+        print(stacks.format_stack(stack) or "(no frames)")
+        for rank in ranks:
+            if found[rank].get("script") and not stack:
+                print(found[rank]["script"])
+    return 0 if len(found) == world else 1
+
+
+def _cause_line(job: "Job", record: "JobRecord") -> str:
+    """'cause     rank R on HOST: its error' of a failed job with a recorded root cause; empty otherwise."""
+    from hpcdl.lifecycle.diagnosis import headline
+
+    if not record.final or record.state in NOT_FAILED:
+        return ""
+    told = headline(job.verdict())
+    return f"cause     {told}  (python -m hpcdl.jobs why {record.id})\n" if told else ""
 
 
 NOT_FAILED = (COMPLETED, CANCELLED, TIMEOUT, STOPPED)
@@ -467,7 +531,10 @@ def parser() -> argparse.ArgumentParser:
                             ("fetch", cmd_fetch, "copy the results here and print the summary"),
                             ("resume", cmd_resume, "submit a stopped training job again; it goes on from its "
                                                    "newest checkpoint"),
-                            ("logs", cmd_logs, "a rank's stdout or stderr")):
+                            ("logs", cmd_logs, "a rank's stdout or stderr"),
+                            ("why", cmd_why, "why the job failed: the root-cause rank first, its victims, a hang's "
+                                             "stacks"),
+                            ("stacks", cmd_stacks, "every rank's Python stack of a running job, grouped")):
         sub = verbs.add_parser(verb, help=text, description=text)
         sub.add_argument("id", metavar="ID", help="the job's hpcdl id, a unique prefix of it, its Slurm job id, "
                                                   "or 'last' (your newest job)")
@@ -483,6 +550,9 @@ def parser() -> argparse.ArgumentParser:
         if verb == "cancel":
             sub.add_argument("--timeout", type=float, default=60.0, metavar="S",
                              help="seconds to wait for the job to end after cancelling it (default 60)")
+        if verb == "stacks":
+            sub.add_argument("--timeout", type=float, default=STACKS_WAIT_S, metavar="S",
+                             help=f"seconds to wait for every rank's answer (default {STACKS_WAIT_S:g})")
         if verb == "resume":
             sub.add_argument("--time", help="a new time limit (Slurm's format, e.g. 02:00:00)")
         if verb == "fetch":

@@ -6,6 +6,7 @@ A failure is told by the user's own traceback (a script's from its stderr), not 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Optional
 
-from hpcdl.distributed import heartbeat
+from hpcdl.distributed import heartbeat, stacks
 from hpcdl.distributed.env import discover, free_port
 from hpcdl.errors import HpcdlError
 from hpcdl.plan import JobPlan
@@ -30,6 +31,8 @@ from hpcdl.train.stopping import STOP_SIGNAL, StopRequested
 STDERR_TAIL_BYTES = 65536
 """How much of a script's stderr its rank keeps to find the script's traceback in."""
 TRACEBACK_START = "Traceback (most recent call last):"
+RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
+"""What PyTorch writes before each line of an uncaught exception once a process group is up."""
 CHAINED = ("During handling of the above exception, another exception occurred:",
            "The above exception was the direct cause of the following exception:")
 
@@ -87,6 +90,7 @@ def run_user_code(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> Any:
     passing_on = threading.Thread(target=_pass_on, args=(process.stderr, stderr_tail), daemon=True)
     passing_on.start()
     heartbeat.follow(process.pid)  # a stopped script stops this rank's heartbeat
+    stacks.follow(process.pid)  # its stack is the script's
     code = process.wait()
     passing_on.join()
     if code != 0:
@@ -109,9 +113,10 @@ def _pass_on(stream: IO[bytes], tail: bytearray) -> None:
 
 
 def last_traceback(stderr: str, lines_without: int = 20) -> str:
-    """The last Python traceback in ``stderr`` (with the exceptions chained to it) up to the end; the last
-    ``lines_without`` lines when it holds none."""
-    lines = stderr.rstrip("\n").splitlines()
+    """The last Python traceback in ``stderr`` (with the exceptions chained to it) up to the end, without the
+    ``[rankN]: `` PyTorch puts before each line once a process group is up; the last ``lines_without`` lines
+    when it holds none."""
+    lines = [RANK_PREFIX.sub("", line) for line in stderr.rstrip("\n").splitlines()]
     starts = [i for i, line in enumerate(lines) if line.startswith(TRACEBACK_START)]
     if not starts:
         return "\n".join(lines[-lines_without:])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from hpcdl.cluster import WORKER, Backend, backend_for
 from hpcdl.distributed.restarts import (how_run_ended, is_earlier_runs_failure, record_failure, record_final,
                                    recorded_final, requeued_since_start, this_job, this_run,
                                    withdraw_earlier_failure)
-from hpcdl.distributed import heartbeat
+from hpcdl.distributed import failures, hangs, heartbeat, stacks
 from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank, node_name
 from hpcdl.errors import FolderGoneError
 from hpcdl.host import become_subreaper, end_own_job
@@ -36,7 +37,7 @@ from hpcdl.reporting import close_metrics
 from hpcdl.snapshot import run_from_snapshot
 from hpcdl.store.atomic import atomic_save, make_folder, remove_stale_temporaries
 from hpcdl.store.caches import compile_cache
-from hpcdl.store.files import (CHECKPOINTS, FUNCTION_RESULT, LOGS, MANIFEST, METRICS,
+from hpcdl.store.files import (CHECKPOINTS, FUNCTION_RESULT, LOGS, MANIFEST, METRICS, NCCL_TRACE,
                                RANK_RESULTS, RANKS_DONE, STATUS, checkpoint_files, rank_log, rank_result)
 from hpcdl.store.folders import read_json
 from hpcdl.store.safety import check_store
@@ -149,10 +150,19 @@ def _launch_ranks(path: Path, plan: JobPlan) -> None:
         code = subprocess.call([*plan.cluster.mpirun, "-n", str(world), *rank_command], env=env)
         failure = f"mpirun -n {world} exited with code {code}"
     else:
-        code, failure = launch_local(rank_command, world, logs=make_folder(path / LOGS))
+        code, failure = launch_local(rank_command, world, logs=make_folder(path / LOGS),
+                                     on_failure=lambda rank, pid, code: _record_signalled(path, rank, pid, code))
     if code != 0:  # a rank that failed with a traceback has recorded FAILED first, and that holds
         write_final(path, FAILED, reason=failure)
         sys.exit(1)
+
+
+def _record_signalled(folder: Path, rank: int, pid: int, code: int) -> None:
+    """The first rank to fail was ended by a signal (kill -9, the OOM killer): it wrote nothing, so say it."""
+    if code < 0:
+        name = signal.Signals(-code).name
+        failures.record(folder, rank, "Signal", f"killed by signal {name}", "", run=heartbeat.run_token(),
+                        how="signal", pid=pid, cause=True)
 
 
 def _log_to_own_files(logs: Path) -> None:
@@ -184,6 +194,11 @@ def run_job(folder: str) -> None:
     os.environ["HPCDL_JOB_FOLDER"] = str(path)
     os.environ.setdefault("HPCDL_COLLECTIVE_TIMEOUT_S", str(plan.cluster.collective_timeout_s))
     os.environ["HPCDL_SIGNAL_DELAY_S"] = str(plan.cluster.signal_delay_s)
+    if plan.world_size > 1:  # NCCL's flight recorder (PyTorch >= 2.7 names; TORCH_NCCL_TRACE_BUFFER_SIZE before):
+        # its dump on a collective timeout lands in the job folder
+        for name, value in (("TORCH_FR_BUFFER_SIZE", "2000"), ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
+                            ("TORCH_FR_DUMP_TEMP_FILE", str(path / NCCL_TRACE))):
+            os.environ.setdefault(name, value)
     cache = compile_cache(path.parent)
     if cache is not None:  # torch.compile's kernels, reused by this user's other tasks and the job's resumes
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache))
@@ -215,6 +230,11 @@ def run_job(folder: str) -> None:
     if plan.world_size > 1 and plan.cluster.heartbeat_timeout_s:
         heartbeat.start(path, global_rank(), plan.world_size, plan.lead_rank, plan.cluster.heartbeat_timeout_s,
                         plan.cluster.heartbeat_startup_s)
+        if lead and plan.cluster.hang_timeout_s:
+            hangs.start(path, plan.world_size, global_rank(), heartbeat.run_token(), plan.cluster.hang_timeout_s,
+                        plan.cluster.hang_startup_s if plan.kind == "train" else None,
+                        heartbeat.interval_for(plan.cluster.hang_timeout_s))
+    stacks.serve(path, global_rank())
     try:
         _run_payload(path, plan, manifest)
     except StopRequested as stop:
@@ -222,9 +242,13 @@ def run_job(folder: str) -> None:
         _after_stop(path, plan, backend, stop, manifest["id"])
         return
     except BaseException as e:
+        own = _own_traceback(plan, e)
+        kind, message = failures.exception_line(own) if plan.kind == "script" else ("", "")  # the script's own
+        kind, message = (kind, message) if kind else (type(e).__name__, str(e))
+        failures.record(path, global_rank(), kind, message, own, run=heartbeat.run_token())
         with contextlib.suppress(FolderGoneError):  # a deleted job folder is not written again
-            record_failure(path, f"rank {global_rank()}: {type(e).__name__}: {e}",  # whichever rank fails first
-                           rank=global_rank(), rank_host=node_name(), traceback=_own_traceback(plan, e))
+            record_failure(path, f"rank {global_rank()}: {kind}: {message}",  # whichever rank fails first
+                           rank=global_rank(), rank_host=node_name(), traceback=own)
         raise
     heartbeat.finish()
     if _all_ranks_done(path, plan):

@@ -30,8 +30,9 @@ COMMAND = re.compile(r"^\s*(?:python|bash|cd|eval|pip|hpcdl-\w+)\b")
 HELP_COMMANDS = [
     "python -m hpcdl.submit --help", "python -m hpcdl.run --help", "python -m hpcdl.jobs --help",
     *(f"python -m hpcdl.jobs {verb} --help"
-      for verb in ("list", "clean", "show", "logs", "watch", "wait", "cancel", "fetch", "resume")),
-    "python -m hpcdl.devices --help", "python -m hpcdl.profiles --help", "python -m hpcdl.config.help --help", "python -m hpcdl.config.help",
+      for verb in ("list", "clean", "show", "logs", "watch", "wait", "cancel", "fetch", "resume", "why", "stacks")),
+    "python -m hpcdl.devices --help", "python -m hpcdl.profiles --help", "python -m hpcdl.config.help --help",
+    "python -m hpcdl.config.help",
     "hpcdl-submit --help", "hpcdl-jobs --help", "hpcdl-run --help", "hpcdl-devices --help",
 ]
 """Every --help a user can ask for; each must answer (exit 0), and the example commands it shows run."""
@@ -43,6 +44,7 @@ SKIPPED = {
     "pip install torch==": "installs into the running environment; tests/test_packaging.py installs the wheel",
     "pip install -e .": "installs into the running environment; tests/test_packaging.py installs the wheel",
     "tests/run-all.sh": "the whole test suite, this test included",
+    "jobs stacks ID": "needs a running job's ranks; tests/test_doctor.py asks a running job for its stacks",
     "slurm/cluster.sh": "starts or stops the shared test cluster",
     "benchmarks": "a benchmark: minutes of measuring, some on a GPU or the test cluster",
     "python train.py ARGS": "not a command: what script= runs on each rank",

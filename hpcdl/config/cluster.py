@@ -109,6 +109,13 @@ class ClusterConfig:
     node lost) fails the job, named in jobs show; 0: no heartbeats, else >= 5."""
     heartbeat_startup_s: int = 900
     """The same before a rank's first step (imports, compiling, the first collective), >= heartbeat_timeout_s."""
+    hang_timeout_s: int = 1800
+    """A rank of a multi-rank job that reports no step this long while it still heartbeats is hung: every rank's
+    Python stack is written to the job folder (jobs why shows the rank the others wait for) and the job fails;
+    0: off, else >= 5 (needs heartbeats)."""
+    hang_startup_s: int = 3600
+    """The same before the first step, for the built-in trainer (user code is watched once it reports a step),
+    >= hang_timeout_s."""
     mpirun: List[str] = field(default_factory=lambda: ["mpirun"])
     """How training.comm=mpi jobs start their ranks inside the allocation (Open MPI's mpirun reads Slurm's)."""
     remote: RemoteConfig = field(default_factory=RemoteConfig)
@@ -133,6 +140,9 @@ class ClusterConfig:
                 "0 (off) or >= 5")
         require(self, "heartbeat_startup_s", self.heartbeat_startup_s >= self.heartbeat_timeout_s,
                 f">= heartbeat_timeout_s ({self.heartbeat_timeout_s})")
+        require(self, "hang_timeout_s", self.hang_timeout_s == 0 or self.hang_timeout_s >= 5, "0 (off) or >= 5")
+        require(self, "hang_startup_s", self.hang_startup_s >= self.hang_timeout_s,
+                f">= hang_timeout_s ({self.hang_timeout_s})")
         require(self, "mpirun", len(self.mpirun) > 0, "a command, e.g. [mpirun, --bind-to, none]")
         check_variable_names(self.env, "cluster.env")
         check_variable_names(self.export, "cluster.export")

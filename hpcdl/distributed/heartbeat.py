@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from hpcdl.distributed import failures
 from hpcdl.distributed.restarts import record_failure
 from hpcdl.distributed.env import node_name
 from hpcdl.errors import FolderGoneError, HpcdlError
@@ -40,6 +41,7 @@ RUN_TOKEN = "HPCDL_RUN_TOKEN"
 """Set by hpcdl's local launcher for its ranks; on Slurm the job id and restart count stand for it."""
 
 _stepped = threading.Event()
+_steps = [0]
 _followed: list[int] = []
 _ticker: Optional["_Ticker"] = None
 
@@ -47,6 +49,7 @@ _ticker: Optional["_Ticker"] = None
 def stepped() -> None:
     """Note that this rank has trained (or reported) a step: from now on the short timeout applies to it."""
     _stepped.set()
+    _steps[0] += 1
 
 
 def follow(pid: int) -> None:
@@ -110,7 +113,8 @@ class _Ticker:
                 self.ticks += 1
                 record = {"rank": self.rank, "host": self.host, "pid": self.pid, "run": self.token,
                           # a followed script's state is read exactly: no long allowance for its start
-                          "ticks": self.ticks, "stepped": _stepped.is_set() or bool(_followed), "done": done}
+                          "ticks": self.ticks, "stepped": _stepped.is_set() or bool(_followed), "steps": _steps[0],
+                          "done": done}
                 try:
                     atomic_write_text(self.path, json.dumps(record))
                 except (OSError, HpcdlError):  # a full or vanished store: the watchers judge the silence
@@ -177,6 +181,9 @@ class Watcher:
         what = "sent no heartbeat" if beat else "never sent a heartbeat"
         reason = (f"rank {rank}{where} {what} for {silent_s:.0f} s: stopped, frozen or lost; "
                   f"noticed by rank {self.rank}")
+        failures.record(self.folder, rank, "Lost", f"{what} for {silent_s:.0f} s: stopped, frozen or lost", "",
+                        run=self.token, how="lost", host=beat["host"] if beat else "",
+                        pid=beat["pid"] if beat else 0, noted_by=self.rank, cause=True)
         with contextlib.suppress(OSError, FolderGoneError):
             record_failure(self.folder, reason, rank=rank)
         print(f"[hpcdl] {reason}", file=sys.stderr, flush=True)

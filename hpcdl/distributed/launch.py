@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from hpcdl.distributed.env import free_port
 from hpcdl.store.files import rank_log
@@ -23,10 +23,13 @@ TERMINATE_WAIT_S = 10.0
 
 
 def launch_local(command: Sequence[str], nprocs: int, env: Optional[dict[str, str]] = None,
-                 logs: Optional[Path] = None) -> tuple[int, str]:
+                 logs: Optional[Path] = None,
+                 on_failure: Optional[Callable[[int, int, int], None]] = None) -> tuple[int, str]:
     """Run ``command`` as ``nprocs`` ranks; returns (0, "") or (1, which rank failed and how).
 
     With ``logs``, each rank writes its stdout and stderr to files of its own there (``rank_log``).
+    ``on_failure(rank, pid, exit code)`` is told of the first rank that failed (a signal's code is negative),
+    before the others are ended.
     """
     port = str(free_port())
     processes = []
@@ -52,6 +55,9 @@ def launch_local(command: Sequence[str], nprocs: int, env: Optional[dict[str, st
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    rank, code = failed[0]
+    if on_failure is not None:
+        on_failure(rank, processes[rank].pid, code)
     for process in processes:  # fail fast: the survivors would wait on a lost peer
         if process.poll() is None:
             process.terminate()
@@ -61,6 +67,5 @@ def launch_local(command: Sequence[str], nprocs: int, env: Optional[dict[str, st
             process.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             process.kill()
-    rank, code = failed[0]
     how = f"was killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
     return 1, f"rank {rank} of {nprocs} (pid {processes[rank].pid}) {how}"

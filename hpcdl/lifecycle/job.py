@@ -12,7 +12,8 @@ from typing import Any, Optional
 
 from hpcdl.cluster import backend_for
 from hpcdl.errors import HpcdlError, JobFailedError
-from hpcdl.store.files import FUNCTION_RESULT, RESULT, rank_result
+from hpcdl.lifecycle.diagnosis import Verdict, judge
+from hpcdl.store.files import FUNCTION_RESULT, LOGS, RESULT, rank_result, stream_log
 from hpcdl.store.folders import DAMAGED, JobRecord, find, load_record, read_json
 from hpcdl.store.safety import load_pickle, read_job_file
 from hpcdl.lifecycle.states import resolve_states, resolve_sweep
@@ -93,13 +94,23 @@ class Job:
         return "" if data is None else data.decode(errors="replace")
 
     def error(self) -> str:
-        """Why the job failed: the failing rank's own error first (which rank, on which host, the user's exception
-        and traceback), then what the scheduler said of failed tasks (srun names a lost rank); rank 0's stderr
-        tail when no rank recorded a traceback."""
+        """Why the job failed: the root-cause rank's own error first (which rank, on which host, the user's
+        exception and traceback; see verdict), then what the scheduler said of failed tasks (srun names a lost
+        rank); rank 0's stderr tail when no rank recorded a traceback."""
         stderr = "\n".join(self.logs(0, "stderr").splitlines()[-200:])
         tasks = "\n".join(line for line in stderr.splitlines() if line.startswith("srun: error:"))
-        return "\n".join(part for part in (failing_rank(self._record.status) or "\n".join(stderr.splitlines()[-30:]),
-                                            tasks) if part)
+        root = self.verdict().root
+        own = failing_rank({"rank": root["rank"], "rank_host": root.get("host"), "traceback": root["traceback"]}) \
+            if root is not None and root.get("traceback") else failing_rank(self._record.status)
+        return "\n".join(part for part in (own or "\n".join(stderr.splitlines()[-30:]), tasks) if part)
+
+    def verdict(self) -> Verdict:
+        """Which rank's failure is the root cause and which are its victims, with the ranks' stacks of a hang
+        (hpcdl.lifecycle.diagnosis)."""
+        logs = [self.log_path(0, "stderr").relative_to(self.folder), Path(LOGS) / stream_log("stderr")]
+        said = "\n".join(dict.fromkeys((read_job_file(self.folder, log) or b"").decode(errors="replace")
+                                       for log in logs))
+        return judge(self.folder, self._record.plan.get("world_size", 1), said)
 
     def cancel(self) -> bool:
         """Cancel the job (no-op once it has ended): CANCELLED is recorded first, so that no rank ending

@@ -1,0 +1,110 @@
+"""Hangs: a multi-rank job that stops making progress is diagnosed before it is ended.
+
+The lead rank reads every rank's step count from its heartbeat (``hpcdl.distributed.heartbeat``). A rank whose
+count has not moved for ``hang_timeout_s`` (``hang_startup_s`` before its first step, where steps are sure to
+come: the built-in trainer) while it still heartbeats is hung: the lead asks every rank for its Python stacks
+(``hpcdl.distributed.stacks``), groups them, records the rank(s) outside the collective the others wait in as
+the cause (with its stack), records the job FAILED naming them, and ends itself, so that the job ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from hpcdl.distributed import failures, stacks
+from hpcdl.distributed.restarts import record_failure
+from hpcdl.errors import FolderGoneError, HpcdlError
+from hpcdl.store.files import HEARTBEAT, HEARTBEATS
+from hpcdl.store.folders import read_json
+
+STACKS_WAIT_S = 10.0
+"""The longest a hang's diagnosis waits for the ranks' stacks."""
+
+
+def start(folder: Path, world_size: int, rank: int, token: str, timeout_s: float, startup_s: Optional[float],
+          interval: float) -> None:
+    """Watch the ranks' step counts from this (the lead) rank; ``startup_s`` None: no limit before a first step."""
+    watcher = HangWatcher(folder, world_size, rank, token, timeout_s, startup_s)
+    threading.Thread(target=watcher.run, args=(interval,), name="hpcdl-hang-watch", daemon=True).start()
+
+
+class HangWatcher:
+    """Ends the job, with every rank's stacks written, when a rank's step count stops moving."""
+
+    def __init__(self, folder: Path, world_size: int, rank: int, token: str, timeout_s: float,
+                 startup_s: Optional[float]) -> None:
+        self.folder, self.world_size, self.rank, self.token = folder, world_size, rank, token
+        self.timeout_s, self.startup_s = timeout_s, startup_s
+        self.seen: dict[int, tuple[int, float]] = {}
+
+    def run(self, interval: float) -> None:
+        last = time.monotonic()
+        while True:
+            time.sleep(interval)
+            now = time.monotonic()
+            if now - last > 2 * interval + 1:  # this process was stopped (a suspended job): count afresh
+                self.seen = {rank: (steps, now) for rank, (steps, _) in self.seen.items()}
+            last = now
+            hung = self.stalled_rank()
+            if hung is not None:
+                self.diagnose(*hung)
+
+    def stalled_rank(self) -> Optional[tuple[int, int, float]]:
+        """(rank, its step count, seconds without a step) of the first rank past its limit, or None."""
+        now = time.monotonic()
+        for rank in range(self.world_size):
+            try:
+                beat = read_json(self.folder / HEARTBEATS / HEARTBEAT.format(rank=rank))
+            except (OSError, ValueError, HpcdlError):
+                continue
+            if not isinstance(beat, dict) or beat.get("run") != self.token or beat.get("done"):
+                continue  # not started, another run's, or returned: the heartbeat watcher judges silence
+            steps = int(beat.get("steps") or 0)
+            known = self.seen.get(rank)
+            if known is None or known[0] != steps:
+                self.seen[rank] = (steps, now)
+                continue
+            limit = self.timeout_s if steps > 0 else self.startup_s
+            if limit is not None and now - known[1] > limit:
+                return rank, steps, now - known[1]
+        return None
+
+    def diagnose(self, rank: int, steps: int, stalled_s: float) -> None:
+        """Gather every rank's stacks, record the outliers as the cause and FAILED, and end this rank."""
+        asked = stacks.request(self.folder)
+        found = stacks.collect(self.folder, asked, self.world_size, STACKS_WAIT_S)
+        reason = hang_reason(found, self.world_size, rank, steps, stalled_s)
+        for ranks, stack in stacks.outliers(stacks.groups(found)):
+            for outlier in ranks:
+                entry = found[outlier]
+                failures.record(self.folder, outlier, "Hang", f"not in the collective the other ranks wait in "
+                                f"(no step for {stalled_s:.0f} s)", stacks.format_stack(stack), run=self.token,
+                                how="hang", host=entry.get("host"), pid=entry.get("pid"), noted_by=self.rank,
+                                cause=True)
+        with contextlib.suppress(OSError, FolderGoneError):
+            record_failure(self.folder, reason)
+        print(f"[hpcdl] {reason}", file=sys.stderr, flush=True)
+        os._exit(1)
+
+
+def hang_reason(found: dict[int, dict[str, Any]], world_size: int, rank: int, steps: int, stalled_s: float) -> str:
+    """One line: which rank made no step for how long, and which rank(s) the others wait for."""
+    head = (f"hang: rank {rank} made no step for {stalled_s:.0f} s" + (f" after step {steps}" if steps else "")
+            + f"; stacks of {len(found)} of {world_size} ranks in the job folder")
+    grouped = stacks.groups(found)
+    odd = [r for ranks, _ in stacks.outliers(grouped) for r in ranks]
+    silent = [r for r in range(world_size) if r not in found]
+    if silent:
+        head += f"; rank(s) {', '.join(map(str, silent))} gave none (stuck outside Python?)"
+    if not odd:
+        return head
+    waiting = next((group for group in grouped if stacks.in_collective(group[1])), None)
+    where = f" the others wait in {stacks.in_collective(waiting[1])}" if waiting else " the others are in"
+    hosts = ", ".join(f"rank {r} (host {found[r].get('host')}, pid {found[r].get('pid')})" for r in odd)
+    return f"{head}: {hosts} not where{where}"

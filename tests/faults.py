@@ -1,0 +1,135 @@
+"""Injected faults for the job doctor's tests: user code that fails, dies or hangs on one rank of several, and
+the helpers to submit it and read what ``jobs why`` prints (local and Slurm tests share them)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from hpcdl.store.files import FINAL, HEARTBEAT, HEARTBEATS
+
+FAULTS = '''
+import datetime, os, threading, time
+import torch
+import torch.distributed as dist
+import hpcdl
+
+
+def _join():
+    timeout = datetime.timedelta(seconds=float(os.environ["HPCDL_COLLECTIVE_TIMEOUT_S"]))
+    dist.init_process_group("gloo", timeout=timeout)
+    return dist.get_rank()
+
+
+def raise_on_rank_1(config):
+    rank = _join()
+    value = torch.ones(1)
+    dist.all_reduce(value)
+    if rank == 1:  # a thread that is no daemon keeps the process alive after its error: its peers time out
+        threading.Thread(target=time.sleep, args=(300,)).start()
+        print(f"fault at {time.time()}", flush=True)
+        raise ValueError("rank 1 fails on purpose")
+    dist.all_reduce(value)
+
+
+def steps_forever(config):
+    rank, step = _join(), 0
+    while True:
+        step += 1
+        value = torch.ones(1)
+        dist.all_reduce(value)
+        hpcdl.report(step, float(value))
+        if rank == 2 and step == 5:
+            nap_before_all_reduce()
+        time.sleep(0.1)
+
+
+def nap_before_all_reduce():
+    print(f"fault at {time.time()}", flush=True)
+    time.sleep(float(os.environ.get("FAULT_NAP_S", "0")))
+'''
+
+SCRIPT = '''
+import datetime, os
+import torch
+import torch.distributed as dist
+
+
+def check(value):
+    raise ValueError(f"bad value {value} on purpose")
+
+
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(os.environ["HPCDL_COLLECTIVE_TIMEOUT_S"])))
+if dist.get_rank() == 1:
+    print(f"fault at {__import__('time').time()}", flush=True)
+    check(7)
+dist.all_reduce(torch.ones(1))
+'''
+
+
+NAPPING_SCRIPT = '''
+import time
+
+
+def nap():
+    time.sleep(600)
+
+
+nap()
+'''
+
+
+def write_faults(folder: Path) -> Path:
+    """``folder`` with faults.py (entry functions), failing_script.py and napping_script.py in it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "faults.py").write_text(FAULTS)
+    (folder / "failing_script.py").write_text(SCRIPT)
+    (folder / "napping_script.py").write_text(NAPPING_SCRIPT)
+    return folder
+
+
+def cli(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def submit(cwd: Path, *args: str) -> str:
+    done = cli(cwd, "hpcdl.submit", *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()[2]
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def heartbeat_of(folder: Path, rank: int) -> dict:
+    """Rank ``rank``'s newest heartbeat ({} before its first)."""
+    try:
+        return json.loads((folder / HEARTBEATS / HEARTBEAT.format(rank=rank)).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def verdict_after(cwd: Path, folder: Path, job_id: str, fault_at: float, timeout: float = 240) -> tuple[str, float]:
+    """What ``jobs why`` prints once the job has ended, and the seconds from ``fault_at`` (time.time) to the
+    verdict: when the job's final state was recorded (final.json's time)."""
+    waited = cli(cwd, "hpcdl.jobs", "wait", job_id, "--timeout", str(timeout), timeout=timeout + 60)
+    assert waited.stdout.strip() == "FAILED", (waited.stdout, waited.stderr)
+    why = cli(cwd, "hpcdl.jobs", "why", job_id)
+    assert why.returncode == 0, why.stderr
+    return why.stdout, (folder / FINAL).stat().st_mtime - fault_at
+
+
+def root_line(why: str) -> str:
+    """The 'root cause: ...' line of jobs why."""
+    found = re.search(r"^root cause: .*$", why, re.MULTILINE)
+    assert found is not None, why
+    return found.group(0)

@@ -1,0 +1,205 @@
+"""The job doctor on the local profile: injected faults, each with what `jobs why` prints (root cause first)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcdl.distributed import failures, stacks
+from hpcdl.lifecycle.diagnosis import launcher_records, missing_ranks
+from hpcdl.store.files import FAILURE, FAILURES, LOGS, STACKS
+from tests.faults import cli, heartbeat_of, root_line, submit, verdict_after, wait_for, write_faults
+
+HOST = socket.gethostname()
+FAST = ("cluster.tasks_per_node=4", "cluster.heartbeat_timeout_s=5", "cluster.time=00:05:00")
+
+
+def fail_on_rank_1(message: str) -> None:
+    """A hpcdl.batch function: rank 1 raises while rank 0 waits for it in an all-reduce."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=10))
+    if dist.get_rank() == 1:
+        raise RuntimeError(message)
+    dist.all_reduce(torch.ones(1))
+
+
+def _record_time(folder: Path, rank: int) -> float:
+    return json.loads((folder / FAILURES / FAILURE.format(rank=rank)).read_text())["time"]
+
+
+def test_failures_are_told_causes_or_victims() -> None:
+    assert not failures.is_consequence("ValueError", "rank 1 fails on purpose")
+    assert not failures.is_consequence("OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert failures.is_consequence("DistBackendError", "[../gloo/transport/tcp/unbound_buffer.cc:81] Timed out "
+                                                       "waiting 10000ms for recv operation to complete")
+    assert failures.is_consequence("RuntimeError", "[../gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+                                                   "[127.0.0.1]:3456")
+    assert failures.is_consequence("DistBackendError", "NCCL communicator was aborted on rank 0.")
+    assert failures.exception_line("Traceback (most recent call last):\n  File \"a.py\", line 1, in <module>\n"
+                                   "torch.distributed.DistBackendError: Connection reset by peer") == \
+        ("DistBackendError", "Connection reset by peer")
+    assert failures.exception_line("some last words") == ("", "some last words")
+    assert failures.exception_line("Warning: no traceback here") == ("", "Warning: no traceback here")
+
+
+def test_srun_and_mpirun_name_the_rank_a_signal_ended() -> None:
+    srun = ("srun: error: n2: task 3: Killed\nsrun: Terminating StepId=5.0\n"
+            "srun: error: n1: tasks 0-2: Killed\n")
+    assert [(e["rank"], e["host"], e["message"]) for e in launcher_records(srun)] == [(3, "n2", "Killed (srun)")]
+    assert launcher_records("srun: error: n1: task 1: Exited with exit code 1\n") == []  # it recorded itself
+    mpirun = "mpirun noticed that process rank 1 with PID 4242 on node n1 exited on signal 9 (Killed).\n"
+    assert [(e["rank"], e["pid"], e["message"]) for e in launcher_records(mpirun)] == \
+        [(1, 4242, "signal 9 (Killed) (mpirun)")]
+
+
+def test_stacks_are_grouped_and_the_rank_outside_the_collective_is_the_outlier() -> None:
+    waiting = [["train.py", 10, "main", ""], ["torch/distributed/c10d_logger.py", 81, "wrapper", ""],
+               ["torch/distributed/distributed_c10d.py", 2800, "all_reduce", ""]]
+    napping = [["train.py", 12, "main", ""], ["train.py", 20, "nap", "time.sleep(60)"]]
+    found = {0: {"main": waiting}, 1: {"main": waiting}, 2: {"main": napping}, 3: {"main": waiting}}
+    grouped = stacks.groups(found)
+    assert [ranks for ranks, _ in grouped] == [[0, 1, 3], [2]]
+    assert stacks.outliers(grouped) == [([2], napping)]
+    assert stacks.outliers(stacks.groups({0: {"main": waiting}, 1: {"main": waiting}})) == []
+    assert missing_ranks({0: (41, "nccl:all_reduce"), 1: (40, "nccl:all_reduce"), 3: (41, "nccl:all_reduce")}, 4) \
+        == "NCCL flight recorder: rank(s) 1,2 missing from collective #41 (nccl:all_reduce); no dump from rank(s) 2"
+
+
+def test_an_exception_on_rank_1_of_4_is_the_root_cause_not_rank_0s_timeout(store: Path, tmp_path: Path) -> None:
+    user = write_faults(tmp_path / "user")
+    job_id = submit(user, "entry=faults:raise_on_rank_1", *FAST, "cluster.collective_timeout_s=10")
+    folder = store / job_id
+    first, _ = verdict_after(user, folder, job_id, time.time())  # FAILED as soon as rank 1 recorded its error
+    assert root_line(first).endswith("ValueError: rank 1 fails on purpose"), first
+    wait_for(lambda: (folder / FAILURES / FAILURE.format(rank=0)).is_file(), 60, "rank 0 timed out")
+    why = cli(user, "hpcdl.jobs", "why", job_id).stdout
+    assert root_line(why).startswith(f"root cause: rank 1 on {HOST} (pid ") and \
+        root_line(why).endswith("ValueError: rank 1 fails on purpose"), why
+    assert 'faults.py", line 21, in raise_on_rank_1' in why and "hpcdl/" not in why.split("victims")[0], why
+    victims = why.split("victims (")[1]
+    assert "rank 0 on" in victims and "imed out" in victims, why  # rank 0 waited 10 s for rank 1: a victim
+    assert _record_time(folder, 0) - _record_time(folder, 1) > 9  # the victim's failure came later
+    shown = cli(user, "hpcdl.jobs", "show", job_id).stdout
+    assert f"cause     rank 1 on {HOST}" in shown and "ValueError: rank 1 fails on purpose" in shown, shown
+    assert shown.split("--- error ---\n")[1].startswith(f"rank 1 on {HOST}:\nTraceback"), shown
+
+
+def test_a_rank_killed_with_kill_9_is_named_by_the_launcher(store: Path, tmp_path: Path) -> None:
+    user = write_faults(tmp_path / "user")
+    job_id = submit(user, "entry=faults:steps_forever", *FAST)
+    folder = store / job_id
+    wait_for(lambda: heartbeat_of(folder, 2).get("steps", 0) > 2, 120, "rank 2 made steps")
+    pid = heartbeat_of(folder, 2)["pid"]
+    killed = time.time()
+    os.kill(pid, signal.SIGKILL)
+    why, ended_s = verdict_after(user, folder, job_id, killed)
+    assert root_line(why) == f"root cause: rank 2 on {HOST} (pid {pid}) at " \
+        f"{time.strftime('%H:%M:%S', time.localtime(_record_time(folder, 2)))}: Signal: killed by signal SIGKILL", why
+    assert _record_time(folder, 2) - killed < 2 and ended_s < 15, (ended_s, why)
+    print(f"kill -9: the verdict after {_record_time(folder, 2) - killed:.2f} s, the job ended after {ended_s:.1f} s")
+
+
+def test_a_rank_sleeping_before_an_all_reduce_is_named_with_its_stack(store: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAULT_NAP_S", "600")
+    user = write_faults(tmp_path / "user")
+    job_id = submit(user, "entry=faults:steps_forever", *FAST, "cluster.hang_timeout_s=5",
+                    "cluster.collective_timeout_s=120", "cluster.export=[FAULT_NAP_S]")
+    folder = store / job_id
+    wait_for(lambda: heartbeat_of(folder, 2).get("steps", 0) >= 5, 120, "rank 2 reached its nap")
+    napping = time.time()
+    why, ended_s = verdict_after(user, folder, job_id, napping)
+    root = root_line(why)
+    assert root.startswith(f"root cause: rank 2 on {HOST} (pid ") and "Hang: not in the collective" in root, why
+    assert "in nap_before_all_reduce" in why and "time.sleep(float(os.environ" in why, why
+    assert "ranks 0,1,3: waiting in all_reduce" in why and "OUTLIER rank 2" in why, why
+    assert sorted(p.name for p in (folder / STACKS).glob("rank*.json")) == [f"rank{r}.json" for r in range(4)]
+    assert ended_s < 5 + 25, (ended_s, why)  # 5 s without a step, a tick, the stacks, the end
+    print(f"hang: the verdict and the job's end {ended_s:.1f} s after the nap began (hang_timeout_s=5)")
+
+
+def test_jobs_stacks_gives_a_running_jobs_stacks_on_demand(store: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAULT_NAP_S", "600")
+    user = write_faults(tmp_path / "user")
+    job_id = submit(user, "entry=faults:steps_forever", "cluster.tasks_per_node=4", "cluster.time=00:05:00",
+                    "cluster.export=[FAULT_NAP_S]")
+    folder = store / job_id
+    try:
+        wait_for(lambda: heartbeat_of(folder, 2).get("steps", 0) >= 5, 120, "rank 2 reached its nap")
+        asked = time.monotonic()
+        shown = cli(user, "hpcdl.jobs", "stacks", job_id)
+        assert shown.returncode == 0 and time.monotonic() - asked < 10, shown
+        assert f"job {job_id}: stacks of 4 of 4 rank(s)" in shown.stdout, shown.stdout
+        assert "--- ranks 0,1,3 (waiting in all_reduce) ---" in shown.stdout, shown.stdout
+        assert "--- OUTLIER rank 2 ---" in shown.stdout and "in nap_before_all_reduce" in shown.stdout, shown.stdout
+        assert cli(user, "hpcdl.jobs", "show", job_id).stdout.count("cause ") == 0  # running: no verdict yet
+    finally:
+        cli(user, "hpcdl.jobs", "cancel", job_id)
+
+
+def test_a_batch_functions_exception_is_the_root_cause(store: Path, tmp_path: Path) -> None:
+    import hpcdl
+
+    job = hpcdl.batch(fail_on_rank_1, "the batch fails on purpose", cluster="local", tasks_per_node=2)
+    why, _ = verdict_after(tmp_path, job.folder, job.id, time.time())
+    assert root_line(why).startswith(f"root cause: rank 1 on {HOST}") and \
+        root_line(why).endswith("RuntimeError: the batch fails on purpose"), why
+    assert "in fail_on_rank_1" in why and "raise RuntimeError(message)" in why, why
+
+
+@pytest.mark.skipif(shutil.which("py-spy") is None, reason="needs py-spy (the test extra installs it)")
+def test_jobs_stacks_gives_a_scripts_own_stack_through_py_spy(store: Path, tmp_path: Path) -> None:
+    user = write_faults(tmp_path / "user")
+    job_id = submit(user, "script=napping_script.py", "cluster.tasks_per_node=2", "cluster.time=00:05:00")
+    folder = store / job_id
+    try:
+        wait_for(lambda: heartbeat_of(folder, 1).get("ticks", 0) > 1, 120, "rank 1 runs the script")
+        shown = cli(user, "hpcdl.jobs", "stacks", job_id)
+        assert shown.returncode == 0 and "--- ranks 0,1 ---" in shown.stdout, shown
+        assert 'napping_script.py", line 6, in nap' in shown.stdout and "in <module>" in shown.stdout, shown.stdout
+    finally:
+        cli(user, "hpcdl.jobs", "cancel", job_id)
+
+
+def test_a_scripts_own_traceback_is_the_verdict(store: Path, tmp_path: Path) -> None:
+    user = write_faults(tmp_path / "user")
+    job_id = submit(user, "script=failing_script.py", "cluster.tasks_per_node=2", "cluster.time=00:05:00",
+                    "cluster.collective_timeout_s=10")
+    why, _ = verdict_after(user, store / job_id, job_id, time.time())
+    assert root_line(why).endswith("ValueError: bad value 7 on purpose") and "rank 1 on" in root_line(why), why
+    assert 'failing_script.py", line 8, in check' in why and "ScriptFailed" not in why.split("victims")[0], why
+    assert "[rank1]" not in why and "hpcdl/" not in why.split("victims")[0], why
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun")
+def test_an_mpi_rank_killed_with_kill_9_is_named_from_mpiruns_words(store: Path, tmp_path: Path, digits_root: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                        "OMPI_MCA_rmaps_base_oversubscribe": "1", "CUDA_VISIBLE_DEVICES": ""}.items():
+        monkeypatch.setenv(name, value)
+    job_id = submit(tmp_path, "training.execution_environment=parallel", "training.comm=mpi", "cluster.tasks_per_node=2",
+                    f"data.root={digits_root}", "training.max_epochs=1000", "training.mini_batch_size=16",
+                    "training.verbose=false", "cluster.time=00:05:00")
+    folder = store / job_id
+    wait_for(lambda: heartbeat_of(folder, 1).get("steps", 0) > 2, 180, "rank 1 trained")
+    pid = heartbeat_of(folder, 1)["pid"]
+    killed = time.time()
+    os.kill(pid, signal.SIGKILL)
+    why, ended_s = verdict_after(tmp_path, folder, job_id, killed)
+    assert root_line(why).startswith(f"root cause: rank 1 on ") and f"(pid {pid})" in root_line(why) and \
+        "Signal: signal 9 (Killed) (mpirun)" in root_line(why), why
+    assert "exited on signal 9" in (folder / LOGS / "stderr.log").read_text()
+    print(f"mpi kill -9: the job ended {ended_s:.1f} s after the kill, the verdict is read from mpirun's words")
