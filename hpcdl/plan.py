@@ -85,11 +85,12 @@ class JobPlan:
         return cls(**values)
 
 
-def resolve(config: Config, gpus_here: Optional[int] = None, script_args: Sequence[str] = ()) -> JobPlan:
+def resolve(config: Config, runs_here: bool = False, script_args: Sequence[str] = ()) -> JobPlan:
     """The plan of a training job (or of the user's entry or script, with ``script_args``); ConfigError
     naming the option for anything that cannot run.
 
-    ``gpus_here``: the GPUs of this machine (local profiles); asked only when needed.
+    ``runs_here``: the ranks run on this machine (its backend's ``runs_here``, or a foreground run): the GPUs
+    they may use are this machine's, counted only when needed; else the profile's ``gpus_per_node``.
     """
     if config.entry is not None or config.script is not None:
         return resolve_user_code(config, script_args)
@@ -97,8 +98,8 @@ def resolve(config: Config, gpus_here: Optional[int] = None, script_args: Sequen
         raise ConfigError(f"arguments after --: only script= takes them ({' '.join(script_args)})")
     training, profile = config.training, config.cluster
     _check_secrets(config, profile)
-    available = _gpus_offered(profile, gpus_here) if _needs_gpu_count(config) else None
-    world, profile = _world(config, available)
+    available = _gpus_offered(profile, runs_here) if _needs_gpu_count(config) else None
+    world, profile = _world(config, available, runs_here)
     from hpcdl.distributed.shares import global_batch, shares  # the rules the ranks apply, made once here
 
     loads = _worker_loads(training.worker_load, world, training.execution_environment)
@@ -107,7 +108,7 @@ def resolve(config: Config, gpus_here: Optional[int] = None, script_args: Sequen
     if batch < computing:
         raise ConfigError(f"training.mini_batch_size={training.mini_batch_size}: smaller than the {computing} "
                           "computing workers")
-    device = _device(config, available)
+    device = _device(config, available, runs_here)
     mpi = training.comm == "mpi" and world > 1
     if training.comm == "mpi":
         from hpcdl.distributed.mpi import check_mpi_available
@@ -175,22 +176,20 @@ def _needs_gpu_count(config: Config) -> bool:
     return training.execution_environment in ("gpu", "multi-gpu") or training.gpus is not None
 
 
-def _gpus_offered(profile: ClusterConfig, gpus_here: Optional[int]) -> int:
-    """GPUs a rank can use: this machine's for local profiles, the profile's GPUs per node on Slurm."""
-    if profile.backend != "local":
+def _gpus_offered(profile: ClusterConfig, runs_here: bool) -> int:
+    """GPUs a rank can use: this machine's where the ranks run here, else the profile's GPUs per node."""
+    if not runs_here:
         return profile.gpus_per_node
-    if gpus_here is not None:
-        return gpus_here
     from hpcdl.gpus import gpu_count
 
     return gpu_count()
 
 
-def _where(profile: ClusterConfig) -> str:
-    return "on this machine" if profile.backend == "local" else "per node in the profile (cluster.gpus_per_node)"
+def _where(runs_here: bool) -> str:
+    return "on this machine" if runs_here else "per node in the profile (cluster.gpus_per_node)"
 
 
-def _world(config: Config, available: Optional[int]) -> tuple[int, ClusterConfig]:
+def _world(config: Config, available: Optional[int], runs_here: bool) -> tuple[int, ClusterConfig]:
     """Ranks in all, and the profile as submitted (multi-gpu asks for one task per GPU)."""
     training, profile = config.training, config.cluster
     env = training.execution_environment
@@ -205,7 +204,7 @@ def _world(config: Config, available: Optional[int]) -> tuple[int, ClusterConfig
             raise ConfigError("training.execution_environment=multi-gpu: one node; use parallel for several")
         gpus = training.gpus if training.gpus is not None else list(range(available or 0))
         if not gpus:
-            raise ConfigError(f"training.execution_environment=multi-gpu: no GPU {_where(profile)}")
+            raise ConfigError(f"training.execution_environment=multi-gpu: no GPU {_where(runs_here)}")
         return len(gpus), dataclasses.replace(profile, tasks_per_node=len(gpus))
     return tasks, profile
 
@@ -219,9 +218,9 @@ def _worker_loads(load: Optional[list[float]], world: int, env: str) -> list[flo
     return [float(share) for share in load]
 
 
-def _device(config: Config, available: Optional[int]) -> str:
+def _device(config: Config, available: Optional[int], runs_here: bool) -> str:
     """cpu, gpu or auto; a GPU asked for where none is offered, or an index beyond them, is an error."""
-    training, profile = config.training, config.cluster
+    training = config.training
     env = training.execution_environment
     if env == "cpu":
         return "cpu"
@@ -229,10 +228,10 @@ def _device(config: Config, available: Optional[int]) -> str:
         if available == 0:
             raise ConfigError(f"training.execution_environment={env}"
                               + (f" with training.gpus={training.gpus}" if training.gpus is not None else "")
-                              + f": no GPU {_where(profile)}")
+                              + f": no GPU {_where(runs_here)}")
         if training.gpus is not None and max(training.gpus) >= available:
             raise ConfigError(f"training.gpus={training.gpus}: only {available} GPU(s) (indices 0.."
-                              f"{available - 1}) {_where(profile)}")
+                              f"{available - 1}) {_where(runs_here)}")
         if training.gpus is not None and len(training.gpus) > 1 and env in ("auto", "gpu"):
             raise ConfigError(f"training.gpus={training.gpus}: several GPUs need execution_environment="
                               "multi-gpu; gpu and auto use one")

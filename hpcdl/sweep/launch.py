@@ -19,7 +19,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from hpcdl.cluster import backend_for
 from hpcdl.errors import ConfigError, JobFailedError
-from hpcdl.plan import JobPlan, resolve, resolve_function
+from hpcdl.lifecycle.submission import plan_job
+from hpcdl.plan import JobPlan, resolve_function
 from hpcdl.store.files import FUNCTION_RESULT, HYDRA_TASK, RESULT
 from hpcdl.store.folders import JobRecord, load_record, read_json, remove_job_folder
 from hpcdl.store.safety import load_pickle
@@ -218,7 +219,7 @@ def _own_plan(sweep_config: Any, script_args: Sequence[str]) -> JobPlan:
     from hpcdl.config.compose import config_from_composed
 
     config = config_from_composed(sweep_config)
-    plan = resolve(config, script_args=script_args)
+    plan = plan_job(config, script_args)
     if config.check_build and plan.kind == "train":
         from hpcdl.train.job import check_build
 
