@@ -122,8 +122,9 @@ def resolve(config: Config, runs_here: bool = False, script_args: Sequence[str] 
     return JobPlan(
         kind="train", name=config.name, cluster=profile, config=config, world_size=world,
         lead_rank=next(rank for rank, share in enumerate(ranks.loads) if share > 0), worker_loads=ranks.loads,
-        device=device, gpus=tuple(training.gpus) if training.gpus is not None else None, global_batch=ranks.global_batch, worker_batches=tuple(ranks.worker_batches),
-        learn_rate=ranks.learn_rate, mpi=mpi,
+        device=device, gpus=tuple(training.gpus) if training.gpus is not None else None,
+        global_batch=ranks.global_batch, worker_batches=tuple(ranks.worker_batches), learn_rate=ranks.learn_rate,
+        mpi=mpi,
         time_limit_s=time_limit_seconds(profile.time), environment=job_environment(profile),
         exported=tuple(sorted(exported_environment(profile))))
 
