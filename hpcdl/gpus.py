@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Optional, Sequence
+
+from hpcdl.errors import ConfigError
 
 GIB = 1024**3
 
@@ -91,3 +93,20 @@ def gpu_count() -> int:
 def cpu_count() -> int:
     """CPUs this process may run on (its affinity, which Slurm sets), not the node's total."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def gpu_of(gpus: Optional[Sequence[int]], local_rank: int) -> int:
+    """The GPU index a rank uses: training.gpus[its local rank], else its local rank."""
+    return gpus[local_rank] if gpus else local_rank
+
+
+def check_gpu_choice(environment: str, gpus: Optional[Sequence[int]], count: int, where: str) -> None:
+    """ConfigError for training.gpus naming a GPU beyond the ``count`` offered (``where``: this machine, a
+    profile's nodes), or several of them for one process (execution_environment gpu or auto)."""
+    if gpus is None:
+        return
+    if max(gpus) >= count:
+        raise ConfigError(f"training.gpus={list(gpus)}: only {count} GPU(s) (indices 0..{count - 1}) {where}")
+    if len(gpus) > 1 and environment in ("auto", "gpu"):
+        raise ConfigError(f"training.gpus={list(gpus)}: several GPUs need execution_environment=multi-gpu; gpu and "
+                          "auto use one")

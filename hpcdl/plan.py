@@ -17,6 +17,7 @@ from hpcdl.config.cluster import time_limit_seconds
 from hpcdl.config.root import check_job_name
 from hpcdl.config.secrets import check_no_secret_values, check_secrets_set
 from hpcdl.config.fields import restore
+from hpcdl.distributed.shares import RankShares, resolve_ranks
 from hpcdl.errors import ConfigError
 
 KINDS = ("train", "function", "entry", "script")
@@ -65,6 +66,12 @@ class JobPlan:
     """Names of the variables copied from the submitting shell (their values are never stored)."""
 
     @property
+    def ranks(self) -> RankShares:
+        """What the ranks of a training job share out, as resolved here: what they run."""
+        return RankShares(self.worker_loads, self.global_batch, self.learn_rate,
+                          float(self.cluster.collective_timeout_s))
+
+    @property
     def time_limit_minutes(self) -> int:
         """The time limit in whole minutes, rounded up (sbatch's unit)."""
         return -(-self.time_limit_s // 60)
@@ -85,11 +92,12 @@ class JobPlan:
         return cls(**values)
 
 
-def resolve(config: Config, gpus_here: Optional[int] = None, script_args: Sequence[str] = ()) -> JobPlan:
+def resolve(config: Config, runs_here: bool = False, script_args: Sequence[str] = ()) -> JobPlan:
     """The plan of a training job (or of the user's entry or script, with ``script_args``); ConfigError
     naming the option for anything that cannot run.
 
-    ``gpus_here``: the GPUs of this machine (local profiles); asked only when needed.
+    ``runs_here``: the ranks run on this machine (its backend's ``runs_here``, or a foreground run): the GPUs
+    they may use are this machine's, counted only when needed; else the profile's ``gpus_per_node``.
     """
     if config.entry is not None or config.script is not None:
         return resolve_user_code(config, script_args)
@@ -97,30 +105,26 @@ def resolve(config: Config, gpus_here: Optional[int] = None, script_args: Sequen
         raise ConfigError(f"arguments after --: only script= takes them ({' '.join(script_args)})")
     training, profile = config.training, config.cluster
     _check_secrets(config, profile)
-    available = _gpus_offered(profile, gpus_here) if _needs_gpu_count(config) else None
-    world, profile = _world(config, available)
-    from hpcdl.distributed.shares import global_batch, shares  # the rules the ranks apply, made once here
-
-    loads = _worker_loads(training.worker_load, world, training.execution_environment)
-    computing = sum(1 for share in loads if share > 0)
-    batch = global_batch(training.mini_batch_size, loads, training.batch_scaling)
-    if batch < computing:
+    available = _gpus_offered(profile, runs_here) if _needs_gpu_count(config) else None
+    world, profile = _world(config, available, runs_here)
+    ranks = resolve_ranks(training, world, f"execution_environment={training.execution_environment}")
+    computing = sum(1 for share in ranks.loads if share > 0)
+    if ranks.global_batch < computing:
         raise ConfigError(f"training.mini_batch_size={training.mini_batch_size}: smaller than the {computing} "
                           "computing workers")
-    device = _device(config, available)
+    device = _device(config, available, runs_here)
     mpi = training.comm == "mpi" and world > 1
     if training.comm == "mpi":
         from hpcdl.distributed.mpi import check_mpi_available
 
         check_mpi_available()
     _check_data(config)
-    from hpcdl.train.schedule import scaled_learn_rate
-
     return JobPlan(
         kind="train", name=config.name, cluster=profile, config=config, world_size=world,
-        lead_rank=next(rank for rank, share in enumerate(loads) if share > 0), worker_loads=tuple(loads),
-        device=device, gpus=tuple(training.gpus) if training.gpus is not None else None, global_batch=batch,
-        worker_batches=tuple(shares(batch, loads)), learn_rate=scaled_learn_rate(training, batch), mpi=mpi,
+        lead_rank=next(rank for rank, share in enumerate(ranks.loads) if share > 0), worker_loads=ranks.loads,
+        device=device, gpus=tuple(training.gpus) if training.gpus is not None else None,
+        global_batch=ranks.global_batch, worker_batches=tuple(ranks.worker_batches), learn_rate=ranks.learn_rate,
+        mpi=mpi,
         time_limit_s=time_limit_seconds(profile.time), environment=job_environment(profile),
         exported=tuple(sorted(exported_environment(profile))))
 
@@ -175,22 +179,20 @@ def _needs_gpu_count(config: Config) -> bool:
     return training.execution_environment in ("gpu", "multi-gpu") or training.gpus is not None
 
 
-def _gpus_offered(profile: ClusterConfig, gpus_here: Optional[int]) -> int:
-    """GPUs a rank can use: this machine's for local profiles, the profile's GPUs per node on Slurm."""
-    if profile.backend != "local":
+def _gpus_offered(profile: ClusterConfig, runs_here: bool) -> int:
+    """GPUs a rank can use: this machine's where the ranks run here, else the profile's GPUs per node."""
+    if not runs_here:
         return profile.gpus_per_node
-    if gpus_here is not None:
-        return gpus_here
     from hpcdl.gpus import gpu_count
 
     return gpu_count()
 
 
-def _where(profile: ClusterConfig) -> str:
-    return "on this machine" if profile.backend == "local" else "per node in the profile (cluster.gpus_per_node)"
+def _where(runs_here: bool) -> str:
+    return "on this machine" if runs_here else "per node in the profile (cluster.gpus_per_node)"
 
 
-def _world(config: Config, available: Optional[int]) -> tuple[int, ClusterConfig]:
+def _world(config: Config, available: Optional[int], runs_here: bool) -> tuple[int, ClusterConfig]:
     """Ranks in all, and the profile as submitted (multi-gpu asks for one task per GPU)."""
     training, profile = config.training, config.cluster
     env = training.execution_environment
@@ -205,23 +207,14 @@ def _world(config: Config, available: Optional[int]) -> tuple[int, ClusterConfig
             raise ConfigError("training.execution_environment=multi-gpu: one node; use parallel for several")
         gpus = training.gpus if training.gpus is not None else list(range(available or 0))
         if not gpus:
-            raise ConfigError(f"training.execution_environment=multi-gpu: no GPU {_where(profile)}")
+            raise ConfigError(f"training.execution_environment=multi-gpu: no GPU {_where(runs_here)}")
         return len(gpus), dataclasses.replace(profile, tasks_per_node=len(gpus))
     return tasks, profile
 
 
-def _worker_loads(load: Optional[list[float]], world: int, env: str) -> list[float]:
-    if load is None:
-        return [1.0] * world
-    if len(load) != world:
-        raise ConfigError(f"training.worker_load: {len(load)} entries for {world} workers "
-                          f"(execution_environment={env}); give one share per worker")
-    return [float(share) for share in load]
-
-
-def _device(config: Config, available: Optional[int]) -> str:
+def _device(config: Config, available: Optional[int], runs_here: bool) -> str:
     """cpu, gpu or auto; a GPU asked for where none is offered, or an index beyond them, is an error."""
-    training, profile = config.training, config.cluster
+    training = config.training
     env = training.execution_environment
     if env == "cpu":
         return "cpu"
@@ -229,13 +222,10 @@ def _device(config: Config, available: Optional[int]) -> str:
         if available == 0:
             raise ConfigError(f"training.execution_environment={env}"
                               + (f" with training.gpus={training.gpus}" if training.gpus is not None else "")
-                              + f": no GPU {_where(profile)}")
-        if training.gpus is not None and max(training.gpus) >= available:
-            raise ConfigError(f"training.gpus={training.gpus}: only {available} GPU(s) (indices 0.."
-                              f"{available - 1}) {_where(profile)}")
-        if training.gpus is not None and len(training.gpus) > 1 and env in ("auto", "gpu"):
-            raise ConfigError(f"training.gpus={training.gpus}: several GPUs need execution_environment="
-                              "multi-gpu; gpu and auto use one")
+                              + f": no GPU {_where(runs_here)}")
+        from hpcdl.gpus import check_gpu_choice
+
+        check_gpu_choice(env, training.gpus, available, _where(runs_here))
     if env in ("gpu", "multi-gpu"):
         return "gpu"
     return "auto"

@@ -43,15 +43,14 @@ def main(argv: list[str]) -> int:
             return 2
     from hpcdl.cluster import backend_for
     from hpcdl.config.compose import compose_config
-    from hpcdl.plan import resolve
     from hpcdl.store.folders import store_root
-    from hpcdl.lifecycle.submission import submit_job
+    from hpcdl.lifecycle.submission import plan_job, submit_job
 
     try:
         overrides, script_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv \
             else (argv, [])
         config = compose_config(overrides)
-        plan = resolve(config, script_args=script_args)
+        plan = plan_job(config, script_args)
         profile = plan.cluster
         if config.check_build and plan.kind == "train":
             from hpcdl.train.job import check_build

@@ -55,7 +55,7 @@ def _run_payload(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> None:
     if plan.kind == "train":
         from hpcdl.train.job import run_training
 
-        run_training(plan.config, folder)
+        run_training(plan, folder)
         return
     from hpcdl.usercode import run_user_code
 

@@ -22,7 +22,7 @@ from hpcdl.config import NetworkConfig
 from hpcdl.plan import resolve
 from hpcdl.distributed.shares import shares
 from hpcdl.train.loop import epoch_chunks
-from hpcdl.train.schedule import scaled_learn_rate
+from hpcdl.distributed.shares import scaled_learn_rate
 from tests.distributed_training import STEPS_OPTIONS, problem
 
 ROOT = Path(__file__).resolve().parent.parent

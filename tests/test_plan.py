@@ -131,7 +131,7 @@ def test_a_rank_trains_from_the_stored_plan_without_validating_any_option(monkey
     calls = []
     for section in _option_classes(restored.config):
         monkeypatch.setattr(section, "__post_init__", lambda self: calls.append(type(self).__name__))
-    summary = run_training(restored.config, tmp_path / "job")
+    summary = run_training(restored, tmp_path / "job")
     assert summary["iterations"] > 0 and (tmp_path / "job" / "model.pt").is_file()
     assert calls == []
 

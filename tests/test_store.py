@@ -42,7 +42,6 @@ def test_bad_time_limit_is_rejected(text: str) -> None:
     ({"backend": "slurm", "mem": "lots"}, "cluster.mem: must be a Slurm memory size"),
     ({"backend": "slurm", "env": {"HF_TOKEN": "x"}}, "HF_TOKEN looks like a secret"),
     ({"backend": "slurm", "export": ["AWS_SECRET_ACCESS_KEY"]}, "looks like a secret"),
-    ({"backend": "local", "partition": "gpu"}, "cluster.partition: a Slurm setting, but cluster.backend=local"),
     ({"backend": "slurm", "nodes": 0}, "cluster.nodes: must be a positive integer"),
 ])
 def test_bad_profile_is_rejected(kwargs: dict, message: str) -> None:

@@ -21,9 +21,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models",),  # the registry of built-in networks (names; torch only once one is built)
     ("config",),  # the typed tree, composition, help
     ("data",),  # rank side: datastores, batches, augmentation
-    ("distributed",),  # rank side: discovery, process groups, heartbeats, a Slurm run's restarts
-    ("train",),  # rank side: the loop and its parts
-    ("plan",),  # resolve(config) -> JobPlan
+    ("distributed",),  # rank side: discovery, process groups, heartbeats, a Slurm run's restarts; the share rules
+    ("plan",),  # resolve(config) -> JobPlan: what the ranks run
+    ("train",),  # rank side: the loop and its parts; run_training(plan, folder)
     ("snapshot", "resumable", "reporting"),  # what a rank's (user) code calls, and the code snapshot it runs
     ("usercode",),  # a rank running the user's function, entry point or script
     ("cluster",),  # the backends: the only code that knows a scheduler's commands; they start the worker by name

@@ -1,17 +1,22 @@
 """Where a job runs: one small interface, one module per backend.
 
-Code outside this package never asks which backend it has: it calls
-``backend_for(name)`` and uses the ``Backend`` protocol. A backend starts a job's
-worker by its module name (WORKER), never by importing it: the worker sits above
-the backends and asks its own (requeue, how a stopped job ends).
+A backend is the module ``hpcdl/cluster/<name>.py`` exporting ``BACKEND`` (its class), found by the name a
+profile's ``backend`` holds; its config group is a profile ``hpcdl/conf/cluster/<name>.yaml`` naming it.
+Code outside this package never asks which backend it has: it calls ``backend_for(name)`` and uses the
+``Backend`` protocol. A backend starts a job's worker by its module name (WORKER), never by importing it:
+the worker sits above the backends and asks its own (requeue, how a stopped job ends).
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Protocol
 
+from hpcdl.errors import ConfigError
+
 if TYPE_CHECKING:
+    from hpcdl.config import ClusterConfig
     from hpcdl.plan import JobPlan
     from hpcdl.store.folders import JobRecord
 
@@ -32,6 +37,12 @@ class Backend(Protocol):
     """The final state of a job that stopped on the stop signal with a checkpoint and was not queued again."""
     sweep_runner: bool
     """Whether a sweep's points always run under hpcdl's sweep runner (else a scheduler task each, unless packed)."""
+    runs_here: bool
+    """Whether the job runs on the submitting machine: its GPUs are this machine's (else the profile's
+    gpus_per_node on each node)."""
+
+    def check_profile(self, profile: "ClusterConfig") -> None:
+        """ConfigError for a setting of the profile that this backend cannot honour (before any plan is made)."""
 
     def check(self, plan: "JobPlan", dry_run: bool = False) -> Optional[str]:
         """ConfigError for what the scheduler cannot run; in a dry run, a note when it could not be asked."""
@@ -78,11 +89,18 @@ class Backend(Protocol):
 
 
 def backend_for(name: str) -> Backend:
-    """The backend a profile's ``backend`` names."""
-    if name == "slurm":
-        from hpcdl.cluster.slurm import SlurmBackend
-
-        return SlurmBackend()
-    from hpcdl.cluster.local import LocalBackend
-
-    return LocalBackend()
+    """The backend a profile's ``backend`` names: ``BACKEND`` of the module hpcdl.cluster.<name>; ConfigError for
+    a name that names none."""
+    if not name.isidentifier() or name.startswith("_"):
+        raise ConfigError(f"cluster.backend: {name!r} is not a backend's name")
+    try:
+        module = importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise  # the backend's module is there but needs what is missing
+        module = None
+    backend = getattr(module, "BACKEND", None)
+    if backend is None:
+        raise ConfigError(f"cluster.backend: {name!r} names no backend (a module hpcdl/cluster/{name}.py "
+                          "exporting BACKEND)")
+    return backend()

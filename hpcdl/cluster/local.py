@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from hpcdl.errors import HpcdlError, SubmissionError
+from hpcdl.errors import ConfigError, HpcdlError, SubmissionError
 from hpcdl.host import end_job_tree, host_key, is_running, process_id
 from hpcdl.cluster import WORKER
+from hpcdl.config import ClusterConfig
 from hpcdl.plan import JobPlan
 from hpcdl.store.files import LOGS, RUNNER_LOG, rank_log, stream_log
 from hpcdl.store.folders import JobRecord
@@ -46,9 +47,19 @@ class LocalBackend:
     starts_ranks = True
     stop_state = TIMEOUT  # a local job's stop signal is the warning before its own time limit
     sweep_runner = True
+    runs_here = True
+
+    def check_profile(self, profile: ClusterConfig) -> None:
+        """ConfigError for a scheduler's settings, which nothing here would honour, and for several nodes."""
+        for name in ("partition", "account", "qos", "constraint"):
+            if getattr(profile, name) is not None:
+                raise ConfigError(f"cluster.{name}: a Slurm setting, but cluster.backend={self.name}")
+        if profile.nodes != 1:
+            raise ConfigError(f"cluster.nodes: must be 1 with backend={self.name}, got {profile.nodes}")
 
     def check(self, plan: JobPlan, dry_run: bool = False) -> Optional[str]:
-        """Nothing to ask a scheduler: the plan's own checks are enough."""
+        """Nothing to ask a scheduler: the profile's checks are enough."""
+        self.check_profile(plan.cluster)
         return None
 
     def _command(self, plan: JobPlan, folder: Path) -> list[str]:
@@ -160,3 +171,6 @@ class LocalBackend:
     def requeue(self, job: str) -> Optional[str]:
         """Never: a local job has no scheduler to queue it again (its worker is given no job id)."""
         return "a local job is not queued again"
+
+
+BACKEND = LocalBackend

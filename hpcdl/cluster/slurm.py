@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from hpcdl.cluster import WORKER
+from hpcdl.config import ClusterConfig
 from hpcdl.config.cluster import time_limit_minutes
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.plan import JobPlan
@@ -291,6 +292,10 @@ class SlurmBackend:
     starts_ranks = False
     stop_state = STOPPED
     sweep_runner = False
+    runs_here = False
+
+    def check_profile(self, profile: ClusterConfig) -> None:
+        """Every setting of a profile is Slurm's: its own checks are enough."""
 
     def check(self, plan: JobPlan, dry_run: bool = False) -> Optional[str]:
         """Compare the request with what the cluster has; ConfigError naming the option if it cannot run.
@@ -438,3 +443,6 @@ class SlurmBackend:
         raised); None once queued, else what scontrol said."""
         done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
         return None if done.returncode == 0 else f"scontrol requeue failed: {done.stderr.strip()}"
+
+
+BACKEND = SlurmBackend

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
 from dataclasses import field
+from pathlib import Path
 from typing import Dict, List, Optional
 
 from hpcdl.config.network import NetworkConfig, refuse_nvls
@@ -14,13 +16,22 @@ from hpcdl.config.secrets import VARIABLE_NAME, check_single_line, check_variabl
 from hpcdl.errors import ConfigError
 from hpcdl.config.fields import check_types, options, require, require_choice
 
-BACKENDS = ("local", "slurm")
+PROFILES = Path(__file__).resolve().parents[1] / "conf" / "cluster"
+"""The cluster config group as packaged: one profile per backend, each naming its backend's module."""
 DEFAULT_EXPORT = ["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV",
                   "CONDA_PREFIX", "SLURM_CONF", "HPCDL_STORE", "XDG_CACHE_HOME", "OMPI_ALLOW_RUN_AS_ROOT",
                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]
 TIME_FORMATS = ("MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS")
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 _MEMORY = re.compile(r"^\d+[KMGT]?$")
+
+
+@functools.cache
+def backends() -> tuple[str, ...]:
+    """The backends' names, as the packaged profiles name them (a backend is the module hpcdl/cluster/<name>.py)."""
+    from omegaconf import OmegaConf
+
+    return tuple(sorted({str(OmegaConf.load(path).backend) for path in PROFILES.glob("*.yaml")}))
 
 
 def time_limit_seconds(text: str) -> int:
@@ -57,7 +68,8 @@ class ClusterConfig:
     name: str = "local"
     """Profile name, recorded with every job."""
     backend: str = "local"
-    """local (detached processes on this machine) or slurm (sbatch through submitit)."""
+    """Where jobs run: local (detached processes on this machine), slurm (sbatch through submitit), or another
+    backend that ships a profile in hpcdl/conf/cluster/."""
     store: Optional[str] = None
     """Job store folder (on a filesystem the nodes share); null: $HPCDL_STORE or ~/.hpcdl/jobs."""
     python: Optional[str] = None
@@ -123,7 +135,7 @@ class ClusterConfig:
 
     def __post_init__(self) -> None:
         check_types(self)
-        require_choice(self, "backend", BACKENDS)
+        require_choice(self, "backend", backends())
         for name in ("nodes", "tasks_per_node"):
             require(self, name, getattr(self, name) >= 1, "a positive integer")
         require(self, "gpus_per_node", self.gpus_per_node >= 0, ">= 0")
@@ -161,8 +173,3 @@ class ClusterConfig:
         refuse_nvls(self.env, "cluster.env")
         if self.remote.host is None and self.python is not None and shutil.which(os.path.expanduser(self.python)) is None:
             raise ConfigError(f"cluster.python: {self.python!r} is not an executable python on this machine")
-        if self.backend == "local":
-            for name in ("partition", "account", "qos", "constraint"):
-                if getattr(self, name) is not None:
-                    raise ConfigError(f"cluster.{name}: a Slurm setting, but cluster.backend=local")
-            require(self, "nodes", self.nodes == 1, "1 with backend=local")

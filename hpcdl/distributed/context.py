@@ -11,14 +11,14 @@ import gc
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import nn
 
-from hpcdl.config import TrainingOptions
-from hpcdl.distributed.env import DistEnv, discover, local_env
-from hpcdl.distributed.shares import shares, worker_loads
+from hpcdl.distributed.env import DistEnv
+from hpcdl.distributed.shares import shares
+from hpcdl.errors import ConfigError
 
 DEFAULT_TIMEOUT_S = 300
 
@@ -147,19 +147,24 @@ def _broadcast_parameters(model: nn.Module, comm: Any) -> None:
             tensor.copy_(torch.from_numpy(host))
 
 
-def init_context(options: TrainingOptions, device: torch.device) -> DistContext:
-    """Discover the ranks, join them (NCCL on GPUs, gloo on CPUs, or MPI) and log this rank once."""
-    env = discover()
-    loads = worker_loads(env.world_size, options.worker_load)
-    context = DistContext(env, loads, options.comm)
+def init_context(env: DistEnv, comm: str, loads: Sequence[float], device: torch.device,
+                 timeout_s: Optional[float] = None) -> DistContext:
+    """Join the ranks ``env`` discovered (NCCL on GPUs, gloo on CPUs, or MPI) and log this rank once. ``loads``:
+    each rank's share, as resolved; ``timeout_s``: the collectives' limit (None: $HPCDL_COLLECTIVE_TIMEOUT_S or
+    300 s)."""
+    loads = list(loads)
+    if len(loads) != env.world_size:
+        raise ConfigError(f"training.worker_load: resolved for {len(loads)} workers, but {env.world_size} run")
+    context = DistContext(env, loads, comm)
     if env.world_size == 1:
         return context
-    timeout = datetime.timedelta(seconds=float(os.environ.get("HPCDL_COLLECTIVE_TIMEOUT_S", DEFAULT_TIMEOUT_S)))
-    if options.comm == "mpi":
+    if timeout_s is None:
+        timeout_s = float(os.environ.get("HPCDL_COLLECTIVE_TIMEOUT_S", DEFAULT_TIMEOUT_S))
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if comm == "mpi":
         from hpcdl.distributed.mpi import world
 
-        comm = world()
-        context.mpi_comm = comm.Split(1 if loads[env.rank] > 0 else context.mpi_module().UNDEFINED, env.rank)
+        context.mpi_comm = world().Split(1 if loads[env.rank] > 0 else context.mpi_module().UNDEFINED, env.rank)
     else:
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # a lost peer ends the job, not hangs
         backend = "nccl" if device.type == "cuda" else "gloo"
@@ -174,9 +179,3 @@ def init_context(options: TrainingOptions, device: torch.device) -> DistContext:
     print(f"[hpcdl] rank {env.rank}/{env.world_size} (local {env.local_rank}) on {socket.gethostname()}, "
           f"device {device}, load {loads[env.rank]:g}, via {env.source}", flush=True)
     return context
-
-
-def rank_device(options: TrainingOptions, env: Optional[DistEnv] = None) -> Optional[int]:
-    """The GPU index a rank of a multi-GPU run uses: training.gpus[local rank], else the local rank."""
-    env = env or local_env()
-    return options.gpus[env.local_rank] if options.gpus else env.local_rank

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from hpcdl.cluster import backend_for
+from hpcdl.config import Config
 from hpcdl.config.cluster import time_limit_seconds
 from hpcdl.config.secrets import check_no_secret_values
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.host import process_id
 from hpcdl.store.files import CHECKPOINTS, FINAL, FUNCTION, MANIFEST, checkpoint_files
 from hpcdl.store.folders import JobRecord, new_job_folder, remember_root, remove_job_folder, store_root, write_json
-from hpcdl.plan import JobPlan, resolve_function
+from hpcdl.plan import JobPlan, resolve, resolve_function
 from hpcdl.snapshot import take_snapshot
 from hpcdl.lifecycle.job import Job
 from hpcdl.store.states import CANCELLED, FAILED, LOST, NODE_FAIL, PENDING, STOPPED, TIMEOUT
@@ -35,6 +36,14 @@ def git_commit(cwd: Path) -> Optional[dict[str, Any]]:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return {"commit": head.stdout.strip(), "dirty": bool(dirty)}
+
+
+def plan_job(config: Config, script_args: Sequence[str] = ()) -> JobPlan:
+    """The plan of ``config`` as its profile's backend runs it (the GPUs of this machine, or of the profile);
+    ConfigError first for what of the profile the backend cannot honour."""
+    backend = backend_for(config.cluster.backend)
+    backend.check_profile(config.cluster)
+    return resolve(config, runs_here=backend.runs_here, script_args=script_args)
 
 
 def runs_user_code(plan: JobPlan) -> bool:

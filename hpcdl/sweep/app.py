@@ -35,6 +35,9 @@ def multirun(argv: list[str]) -> int:
     register_configs()
     scratch = tempfile.mkdtemp(prefix="hpcdl-multirun-")  # Hydra's own multirun.yaml; the store keeps a copy
     saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+    # Outside Hydra's public API, on purpose: hydra.main (the public way to run an app, multirun and launcher
+    # plugins included) reads its overrides from sys.argv alone; the entry that takes them as an argument
+    # (hydra._internal.utils._run_hydra) is internal. So sys.argv is set for the call and restored after it.
     sys.argv = ["hpcdl.submit", "-m", *launcher, f"hydra.sweep.dir={scratch}", "hydra.output_subdir=null",
                 *searchpath_overrides(), *target_overrides(overrides)]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # errors come out of Hydra as exceptions, reported as submit's own

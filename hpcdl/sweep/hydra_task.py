@@ -33,7 +33,7 @@ def run_point(sweep_id: str, shared: str, point: Any, submit_cwd: str) -> Any:
     check_job_key(sweep_id)
     folder = Path(os.environ["HPCDL_JOB_FOLDER"])
     hydra_context, task_function, singleton_state, bases = load_pickle(folder.parent / sweep_id, shared)
-    Singleton.set_state(singleton_state)
+    Singleton.set_state(singleton_state)  # Hydra's global state, carried as its own launchers carry it
     setup_globals()
     os.chdir(submit_cwd)
     sweep_config = rebuild(bases, point, hydra_context.config_loader) if isinstance(point, PlainPoint) else point

@@ -19,7 +19,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from hpcdl.cluster import backend_for
 from hpcdl.errors import ConfigError, JobFailedError
-from hpcdl.plan import JobPlan, resolve, resolve_function
+from hpcdl.lifecycle.submission import plan_job
+from hpcdl.plan import JobPlan, resolve_function
 from hpcdl.store.files import FUNCTION_RESULT, HYDRA_TASK, RESULT
 from hpcdl.store.folders import JobRecord, load_record, read_json, remove_job_folder
 from hpcdl.store.safety import load_pickle
@@ -84,6 +85,8 @@ def _all_batches(launcher: Any, first: Sequence[Sequence[str]]) -> list[Sequence
     sweeper = launcher.config.hydra.sweeper
     if sweeper_target(launcher.config) != BASIC_SWEEPER:
         return [first]
+    # Internal module, on purpose: Hydra's default sweeper has no public import path (its config target is this
+    # one); its own split_arguments gives the batches exactly as it will give them, where a copy could drift.
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -218,7 +221,7 @@ def _own_plan(sweep_config: Any, script_args: Sequence[str]) -> JobPlan:
     from hpcdl.config.compose import config_from_composed
 
     config = config_from_composed(sweep_config)
-    plan = resolve(config, script_args=script_args)
+    plan = plan_job(config, script_args)
     if config.check_build and plan.kind == "train":
         from hpcdl.train.job import check_build
 
@@ -252,7 +255,8 @@ def _placed(sweep_config: Any, point: _Checked, launcher: Any) -> Any:
 
 
 def _without_memory(hydra_context: Any) -> Any:
-    """Hydra's context with its config loader as Hydra made it (points.install's additions left out)."""
+    """Hydra's context with its config loader as Hydra made it (points.install's additions left out): what the
+    nodes get is Hydra's own loader, unpatched."""
     from hydra.types import HydraContext
 
     loader = copy.copy(hydra_context.config_loader)
@@ -305,7 +309,13 @@ def _job_return(job_return: type, point: "_Checked", sweep_config: Any, record: 
 
 
 class _hydra_set_aside:
-    """Compose hpcdl's own config inside a running Hydra app: its global state is set aside, then restored."""
+    """Compose hpcdl's own config inside a running Hydra app: its global state is set aside, then restored.
+
+    Outside Hydra's public API, on purpose: hpcdl composes a user app's cluster profile with Hydra's public
+    compose API (initialize_config_dir + compose), which refuses to start while an app holds GlobalHydra (a
+    process-wide singleton) and sets JobRuntime's job name. No public call composes a second config tree inside
+    a running app, so the app's GlobalHydra and job name are put aside and restored exactly as they were.
+    """
 
     def __enter__(self) -> None:
         from hydra.core.global_hydra import GlobalHydra

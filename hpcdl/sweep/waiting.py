@@ -23,6 +23,7 @@ from hpcdl.store.folders import JobRecord, load_record
 log = logging.getLogger(__name__)
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+"""Hydra's default sweeper, as its config names it (hydra.sweeper._target_): it needs no point's result."""
 FIRST_LOOK_S = 0.05
 """Seconds between the first looks at the points' folders."""
 

@@ -8,6 +8,7 @@ import torch
 
 from hpcdl.config import TrainingOptions
 from hpcdl.errors import ConfigError
+from hpcdl.gpus import check_gpu_choice, gpu_of
 
 
 @dataclass(frozen=True)
@@ -39,20 +40,14 @@ def choose_device(options: TrainingOptions) -> DeviceChoice:
             raise ConfigError("training.execution_environment=gpu: no usable CUDA GPU on this machine "
                               f"(torch {torch.__version__}, CUDA available: {torch.cuda.is_available()})")
         return DeviceChoice(torch.device("cpu"), "execution_environment=auto and no usable CUDA GPU")
-    index = options.gpus[0] if options.gpus else 0
-    if options.gpus and max(options.gpus) >= count:
-        raise ConfigError(f"training.gpus={options.gpus}: this machine has {count} GPU(s), "
-                          f"indices 0..{count - 1}")
-    if options.gpus and len(options.gpus) > 1:
-        raise ConfigError(f"training.gpus={options.gpus}: several GPUs need "
-                          "execution_environment=multi-gpu; gpu and auto use one")
+    check_gpu_choice(env, options.gpus, count, "on this machine")
+    index = gpu_of(options.gpus, 0)
     name = torch.cuda.get_device_name(index)
     return DeviceChoice(torch.device("cuda", index), f"execution_environment={env}: GPU {index} ({name})")
 
 
 def _worker_device(options: TrainingOptions) -> DeviceChoice:
     """One worker of a multi-gpu or parallel run: its GPU by local rank, or the CPU where none."""
-    from hpcdl.distributed.context import rank_device
     from hpcdl.distributed.env import local_env
 
     env, count = options.execution_environment, usable_gpu_count()
@@ -62,7 +57,7 @@ def _worker_device(options: TrainingOptions) -> DeviceChoice:
         return DeviceChoice(torch.device("cpu"), "execution_environment=parallel on a node without GPUs: "
                                                  "a CPU worker (gloo)")
     local = local_env()
-    index = rank_device(options, local)
+    index = gpu_of(options.gpus, local.local_rank)
     if index >= count:
         raise ConfigError(f"training.gpus: local rank {local.local_rank} needs GPU {index}, but this node "
                           f"has {count} (indices 0..{count - 1})")

@@ -27,6 +27,7 @@ from hpcdl.data.augment import AugmentedImageDatastore
 from hpcdl.data.images import image_datastore
 from hpcdl.data.transformed import TransformedDatastore
 from hpcdl.models import build_model
+from hpcdl.plan import JobPlan
 from hpcdl.train.loop import seed_everything, train_network
 from hpcdl.store.files import CHECKPOINTS, INFO, MODEL, RESULT
 from hpcdl.train.progress import TrainingInfo
@@ -124,11 +125,15 @@ def _own_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
 
 
-def run_training(config: Config, folder: str | Path) -> dict[str, Any]:
-    """Train as ``config`` says, write every result into ``folder``, return the summary.
+def run_training(plan: JobPlan, folder: str | Path) -> dict[str, Any]:
+    """Train as the plan of a training job says (its config, and the loads, global batch, learning rate and
+    collective timeout it resolved), write every result into ``folder``, return the summary.
 
     In a distributed run only the lead worker writes (and returns) the summary; the others return {}.
     """
+    config = plan.config
+    if plan.kind != "train" or config is None:
+        raise ConfigError(f"run_training: a {plan.kind} job's plan; only a training job's runs the trainer")
     folder = make_folder(folder)
     options = config.training
     train_view, validation_view = training_data(config)
@@ -136,7 +141,7 @@ def run_training(config: Config, folder: str | Path) -> dict[str, Any]:
     shape = network_shape(train_view)
     model = network_for(config.model, shape)
     model, info = train_network(train_view, model, options, validation_data=validation_view,
-                                output_dir=folder, checkpoint_path=folder / CHECKPOINTS)
+                                output_dir=folder, checkpoint_path=folder / CHECKPOINTS, ranks=plan.ranks)
     if not info.writer:
         return {}
     atomic_save(folder / MODEL, lambda f: torch.save(model.state_dict(), f))

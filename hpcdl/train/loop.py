@@ -19,7 +19,8 @@ from hpcdl.data.encoded import use_gpu_decode
 from hpcdl.data.loader import BatchLoader
 from hpcdl.distributed import heartbeat
 from hpcdl.distributed.context import DistContext, init_context
-from hpcdl.distributed.shares import shares
+from hpcdl.distributed.env import discover
+from hpcdl.distributed.shares import RankShares, resolve_ranks, shares
 from hpcdl.errors import ConfigError
 from hpcdl.train.checkpoint import CheckpointClock, RunState, restore_run, save_run
 from hpcdl.train.datawait import WaitClock
@@ -217,14 +218,16 @@ def checkpoint(step: Step, state: RunState, progress: Progress, settings: RunSet
 
 def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions] = None, *,
                   validation_data: Any = None, callbacks: Sequence[Callback] = (),
-                  output_dir: Optional[str | Path] = None, checkpoint_path: Optional[str | Path] = None
-                  ) -> tuple[nn.Module, TrainingInfo]:
+                  output_dir: Optional[str | Path] = None, checkpoint_path: Optional[str | Path] = None,
+                  ranks: Optional[RankShares] = None) -> tuple[nn.Module, TrainingInfo]:
     """Train ``model`` on ``data`` (a Dataset of (x, y) or an (x, y) tensor pair).
 
     Returns the trained network and a TrainingInfo with every iteration's and
     validation's record. Each callback receives the iteration record (with the
     validation result, if one was computed) and stops training by returning True.
     ``output_dir`` and ``checkpoint_path`` stand in for the options' when those are unset.
+    ``ranks``: the workers' loads, global batch and learning rate as a job's plan resolved them (run_training
+    passes them); None: resolved here by the same rules for the ranks this process finds.
     """
     options = options if options is not None else TrainingOptions()
     _check_inputs(options, validation_data is not None, output_dir)
@@ -235,8 +238,10 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
     seed_everything(options.seed)
     speed = choose_speed(options, device, model, train_set)
     options = resolved(options, speed)
-    context = init_context(options, device)
-    settings = run_settings(options, context, output_dir, checkpoint_path)
+    env = discover()
+    ranks = ranks if ranks is not None else resolve_ranks(options, env.world_size)
+    context = init_context(env, options.comm, ranks.loads, device, ranks.collective_timeout_s)
+    settings = run_settings(options, ranks, context, output_dir, checkpoint_path)
     materialize_lazy_modules(model, train_set)
     memory_format = torch.channels_last if options.channels_last else torch.contiguous_format
     model = model.to(device, memory_format=memory_format)

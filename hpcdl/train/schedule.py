@@ -24,11 +24,3 @@ def learn_rate_at(options: TrainingOptions, iteration: int, iterations_per_epoch
     if iteration < options.warmup_iterations:
         rate *= (iteration + 1) / options.warmup_iterations
     return rate
-
-
-def scaled_learn_rate(options: TrainingOptions, global_batch: int) -> float:
-    """The initial rate after lr_scaling: linear or sqrt in global_batch / lr_reference_batch (Goyal et al.)."""
-    reference = options.lr_reference_batch or options.mini_batch_size
-    ratio = global_batch / reference
-    factor = {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[options.lr_scaling]
-    return options.learn_rate * factor

@@ -1,4 +1,4 @@
-"""What one rank's run uses beside its options, derived once: no option is copied or validated again."""
+"""What one rank's run uses beside its options and its plan's shares: what it writes and shows."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from typing import Optional
 
 from hpcdl.config import TrainingOptions
 from hpcdl.distributed.context import DistContext
-from hpcdl.distributed.shares import global_batch, shares
-from hpcdl.train.schedule import scaled_learn_rate
+from hpcdl.distributed.shares import RankShares
 
 
 @dataclass(frozen=True)
@@ -30,19 +29,18 @@ class RunSettings:
     """Draw training-progress.png."""
 
 
-def run_settings(options: TrainingOptions, context: DistContext, output_dir: Optional[str | Path] = None,
-                 checkpoint_path: Optional[str | Path] = None) -> RunSettings:
+def run_settings(options: TrainingOptions, ranks: RankShares, context: DistContext,
+                 output_dir: Optional[str | Path] = None, checkpoint_path: Optional[str | Path] = None) -> RunSettings:
     """The settings of this rank's run; ``output_dir``/``checkpoint_path`` stand in for unset options."""
-    batch = global_batch(options.mini_batch_size, context.loads, options.batch_scaling)
     output = options.output_dir or output_dir
     checkpoints = options.checkpoint_path or checkpoint_path
     settings = RunSettings(
-        learn_rate=scaled_learn_rate(options, batch), global_batch=batch,
+        learn_rate=ranks.learn_rate, global_batch=ranks.global_batch,
         output_dir=Path(output) if output and context.lead else None,
         checkpoint_path=Path(checkpoints) if checkpoints else None,
         verbose=options.verbose and context.lead, plots=options.plots != "none" and context.lead)
     if context.distributed and settings.verbose:
         print(f"[hpcdl] {len(context.computing)} computing worker(s) of {context.env.world_size}; global "
-              f"mini-batch {batch}, per worker {shares(batch, context.loads)}; learning rate "
+              f"mini-batch {ranks.global_batch}, per worker {ranks.worker_batches}; learning rate "
               f"{settings.learn_rate:.6g} (lr_scaling={options.lr_scaling}); comm={options.comm}", flush=True)
     return settings

@@ -1,0 +1,117 @@
+"""A third backend (hpcdl/cluster/spawn.py) is one module and one profile: found by name, run, judged, cancelled.
+
+The spawn backend names a job 'PID@HOSTNAME' and judges it by that pid's command line, where the local backend
+names it by pid, start time and host key: the same life from the login node, another state model.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import hpcdl
+from hpcdl.cluster import backend_for
+from hpcdl.config import ClusterConfig
+from hpcdl.errors import ConfigError
+from tests.conftest import job_folders
+
+ROOT = Path(__file__).resolve().parent.parent
+SPAWN_FILES = {ROOT / "hpcdl" / "cluster" / "spawn.py", ROOT / "hpcdl" / "conf" / "cluster" / "spawn.yaml"}
+
+
+def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, check=check, timeout=300)
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def test_a_function_job_runs_under_its_pid_and_host_name(store: Path) -> None:
+    job = hpcdl.batch(add, 2, 40, cluster="spawn")
+    assert re.fullmatch(rf"\d+@{re.escape(socket.gethostname())}", job.backend_id), job.backend_id
+    assert job.result(timeout=120) == 42
+    listing = _cli("hpcdl.jobs", "list").stdout
+    assert job.id in listing and "COMPLETED" in listing and job.backend_id in listing
+
+
+def test_a_running_job_is_judged_by_its_command_line_and_cancelled(store: Path) -> None:
+    job = hpcdl.batch(time.sleep, 300, cluster="spawn")
+    deadline = time.monotonic() + 60
+    while job.refresh().status.get("state") != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pid = int(job.backend_id.split("@")[0])
+    assert str(job.folder) in Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+    assert job.refresh().state == "RUNNING"
+    assert _cli("hpcdl.jobs", "cancel", job.id).stdout.strip().endswith("state now CANCELLED")
+    assert "state     CANCELLED  (cancelled with hpcdl)" in _cli("hpcdl.jobs", "show", job.id).stdout
+    assert Path(f"/proc/{pid}/cmdline").exists() is False or Path(f"/proc/{pid}/cmdline").read_bytes() == b""
+
+
+def test_a_job_killed_without_a_result_is_failed(store: Path) -> None:
+    job = hpcdl.batch(os.kill, 0, signal.SIGKILL, cluster="spawn")  # pid 0: its own process group
+    assert job.wait(timeout=60) == "FAILED"
+    assert "ended without a result" in job.refresh().reason
+
+
+def test_another_hosts_job_shows_its_last_recorded_state(store: Path) -> None:
+    job = hpcdl.batch(add, 1, 1, cluster="spawn")
+    assert job.wait(timeout=120) == "COMPLETED"
+    record = job.refresh()
+    record.manifest["backend_id"] = "1@another-host"
+    assert backend_for("spawn").live_states([record]) == {record.id: None}
+
+
+def test_a_scheduler_setting_is_refused_before_submission(store: Path) -> None:
+    for profile in ("local", "spawn"):
+        done = _cli("hpcdl.submit", f"cluster={profile}", "cluster.partition=gpu", "dry_run=true", check=False)
+        assert done.returncode == 2
+        assert f"cluster.partition: a Slurm setting, but cluster.backend={profile}" in done.stderr
+    done = _cli("hpcdl.submit", "cluster=spawn", "cluster.nodes=2", check=False)
+    assert done.returncode == 2 and "cluster.nodes: must be 1 with backend=spawn, got 2" in done.stderr
+    assert job_folders(store) == []
+
+
+def test_an_unknown_backend_is_a_clear_error_before_submission(store: Path) -> None:
+    with pytest.raises(ConfigError, match="cluster.backend: 'pbs' is not allowed; choose one of local, slurm, spawn"):
+        ClusterConfig(backend="pbs")
+    for name, message in (("pbs", "'pbs' names no backend (a module hpcdl/cluster/pbs.py exporting BACKEND)"),
+                          ("local.x", "'local.x' is not a backend's name"), ("__init__", "not a backend's name")):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            backend_for(name)
+    done = _cli("hpcdl.submit", "cluster.backend=pbs", check=False)
+    assert done.returncode == 2 and "choose one of local, slurm, spawn" in done.stderr
+    assert job_folders(store) == []
+
+
+def test_nothing_but_its_module_and_profile_names_the_third_backend() -> None:
+    named = [str(path.relative_to(ROOT)) for folder in ("hpcdl", "hydra_plugins") for path in (ROOT / folder).rglob("*")
+             if path.is_file() and path.suffix in (".py", ".yaml") and path not in SPAWN_FILES
+             and re.search(r"\bspawn\b", path.read_text())]
+    assert named == []
+
+
+def test_no_code_outside_the_backends_asks_which_backend_it_has() -> None:
+    """No backend compared with a backend's name (backend == "slurm", profile.backend != "local", ...) outside
+    hpcdl/cluster/."""
+    names = {"local", "slurm", "spawn"}
+    asked = []
+    for path in [*(ROOT / "hpcdl").rglob("*.py"), *(ROOT / "hydra_plugins").rglob("*.py")]:
+        if path.parent.name == "cluster":
+            continue
+        source = path.read_text()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Compare) and "backend" in (ast.get_source_segment(source, node) or ""):
+                constants = {n.value for n in ast.walk(node) if isinstance(n, ast.Constant)}
+                if names & constants:
+                    asked.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert asked == []
