@@ -34,7 +34,7 @@ def test_profiles_list_names_each_profile_where_it_comes_from_and_what_it_hides(
     listed = subprocess.run([sys.executable, "-m", "hpcdl.profiles", "list"], capture_output=True, text=True)
     assert listed.returncode == 0, listed.stderr
     rows = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
-    assert set(rows) == {"gpu", "shared", "local", "slurm"}
+    assert set(rows) == {"gpu", "shared", "local", "slurm", "spawn"}
     assert "site" in rows["gpu"] and str(site / "cluster" / "gpu.yaml") in rows["gpu"]
     assert "yours (hides site)" in rows["shared"] and str(user / "cluster" / "shared.yaml") in rows["shared"]
     assert "built in" in rows["local"]
