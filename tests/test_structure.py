@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "hpcdl"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "host", "gpus"),  # what every layer may use: the error tree, this machine, its GPUs
     ("store",),  # THE FLOOR: the job folder on disk, every file and state name; no backend, no torch
+    ("view",),  # a run's plot, TensorBoard events and experiment page, drawn from its records alone
     ("models",),  # the registry of built-in networks (names; torch only once one is built)
     ("config",),  # the typed tree, composition, help
     ("data",),  # rank side: datastores, batches, augmentation
