@@ -11,6 +11,8 @@
     python -m hpcdl.jobs cancel ID
     python -m hpcdl.jobs fetch ID --to results/
     python -m hpcdl.jobs resume ID --time 02:00:00
+    python -m hpcdl.jobs report ID             # one self-contained HTML page (a sweep: its trials' table)
+    python -m hpcdl.jobs tensorboard ID        # the tensorboard command for its event files
 """
 
 from __future__ import annotations
@@ -342,10 +344,49 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from hpcdl.lifecycle.job import Job
 
     job = Job.attach(args.id)
+    if args.point is not None:
+        return cancel_point(job, args.point, args.timeout)
     if job.cancel():
         print(f"removed {job.id}: its submission had been interrupted, none of its points ran")
         return 0
     print(f"cancelled {job.id}; state now {job.wait(timeout=args.timeout)}")
+    return 0
+
+
+def cancel_point(sweep: Any, num: int, timeout: float) -> int:
+    """Cancel one trial of a sweep (its other points go on); an error naming the points there are if it has
+    no point ``num``."""
+    from hpcdl.lifecycle.job import Job
+    from hpcdl.store.sweeps import SWEEP, point_ids
+
+    if sweep.manifest.get("kind") != SWEEP:
+        raise HpcdlError(f"{sweep.id} is no sweep: --point names a trial of a sweep (cancel a job by its id alone)")
+    points = point_ids(sweep.refresh())
+    if not 0 <= num < len(points):
+        raise HpcdlError(f"sweep {sweep.id} has {len(points)} point(s), numbered 0 to {len(points) - 1}: "
+                         f"there is no point {num}")
+    point = Job.attach(points[num])
+    point.cancel()
+    print(f"cancelled point {num} ({point.id}) of sweep {sweep.id}; state now {point.wait(timeout=timeout)}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write the experiment page of a job or sweep."""
+    from hpcdl.lifecycle.report_page import write_report
+
+    started = time.perf_counter()
+    path = write_report(args.id, Path(args.to).absolute() if args.to else None, args.metric)
+    print(f"wrote {path} in {time.perf_counter() - started:.2f} s ({path.stat().st_size / 1e6:.2f} MB); open it "
+          f"in a browser (no server needed), e.g. after: scp {os.uname().nodename}:{path} .")
+    return 0
+
+
+def cmd_tensorboard(args: argparse.Namespace) -> int:
+    """Print the tensorboard command for a job's or a sweep's event files."""
+    from hpcdl.lifecycle.report_page import tensorboard_command
+
+    print(tensorboard_command(args.id, args.port))
     return 0
 
 
@@ -467,7 +508,11 @@ def parser() -> argparse.ArgumentParser:
                             ("fetch", cmd_fetch, "copy the results here and print the summary"),
                             ("resume", cmd_resume, "submit a stopped training job again; it goes on from its "
                                                    "newest checkpoint"),
-                            ("logs", cmd_logs, "a rank's stdout or stderr")):
+                            ("logs", cmd_logs, "a rank's stdout or stderr"),
+                            ("report", cmd_report, "write one self-contained HTML page of a job or sweep (a sweep: "
+                                                   "its trials' table, curves, confusion matrices, definition)"),
+                            ("tensorboard", cmd_tensorboard, "print the tensorboard command for a job's or sweep's "
+                                                             "event files, and the ssh line to forward its port")):
         sub = verbs.add_parser(verb, help=text, description=text)
         sub.add_argument("id", metavar="ID", help="the job's hpcdl id, a unique prefix of it, its Slurm job id, "
                                                   "or 'last' (your newest job)")
@@ -483,6 +528,13 @@ def parser() -> argparse.ArgumentParser:
         if verb == "cancel":
             sub.add_argument("--timeout", type=float, default=60.0, metavar="S",
                              help="seconds to wait for the job to end after cancelling it (default 60)")
+            sub.add_argument("--point", type=int, metavar="N", help="cancel only point N of the sweep ID")
+        if verb == "report":
+            sub.add_argument("--to", help="the HTML file to write (default: report.html in the job's folder)")
+            sub.add_argument("--metric", help="a sweep's best trial by this column (default: the best validation "
+                                              "accuracy, else the value, accuracy or loss)")
+        if verb == "tensorboard":
+            sub.add_argument("--port", type=int, default=6006, help="the port tensorboard serves on (default 6006)")
         if verb == "resume":
             sub.add_argument("--time", help="a new time limit (Slurm's format, e.g. 02:00:00)")
         if verb == "fetch":

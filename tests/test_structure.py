@@ -144,8 +144,9 @@ STATES = PACKAGE / "store" / "states.py"
 """Every state name: hpcdl's and the scheduler's."""
 FILE_NAME = re.compile(r"\.(json|jsonl|pkl|pt|png|csv|log|out|err|sh)\b")
 """A literal naming a file by its ending."""
-ORDINARY_WORDS = {"code", "logs", "results", "slurm", "sweep"}
-"""Names of files.py that are words of other meanings too (a backend, a manifest kind): not searched for alone."""
+ORDINARY_WORDS = {"code", "logs", "results", "slurm", "sweep", "tensorboard"}
+"""Names of files.py that are words of other meanings too (a backend, a manifest kind, a package and a `jobs`
+verb): not searched for alone."""
 OTHER_FILES = {
     "hpcdl/data/listing.py": "image files a datastore reads, not job files",
     "hpcdl/data/digits.py": "image files of the example data set",
