@@ -136,3 +136,34 @@ def test_hyperparameters_of_a_sweep_point_read_back(tmp_path: Path) -> None:
     assert dict(start.hparams)["training.initial_learn_rate"].number_value == 0.03
     assert dict(start.hparams)["model.wide"].bool_value is True
     assert dict(start.hparams)["model.name"].string_value == "mlp"
+
+
+def test_a_two_rank_job_writes_each_ranks_own_values_and_its_hparams(store: Path, digits_root: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    done = subprocess.run([sys.executable, "-m", "hpcdl.submit", "training.execution_environment=parallel",
+                           "cluster.tasks_per_node=2", f"data.root={digits_root}", "training.max_epochs=1",
+                           "training.initial_learn_rate=0.002", "wait=true"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    folder, = [p for p in store.iterdir() if not p.name.startswith(".")]
+    ranks = []
+    for events_dir in (folder / "tensorboard", folder / "tensorboard" / "rank1"):
+        events = EventAccumulator(str(events_dir))
+        events.Reload()
+        assert {"train/loss", "train/accuracy", "train/data_wait_s"} <= set(events.Tags()["scalars"])
+        ranks.append({e.step: e.value for e in events.Scalars("train/loss")})
+    assert ranks[0].keys() == ranks[1].keys() and ranks[0] != ranks[1]  # each rank's own half of every batch
+    events = EventAccumulator(str(folder / "tensorboard"))
+    events.Reload()
+    assert "validation/accuracy" in events.Tags()["scalars"]
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        events.PluginTagToContent("hparams")["_hparams_/session_start_info"]).session_start_info
+    assert dict(start.hparams)["training.initial_learn_rate"].number_value == 0.002
+    assert dict(start.hparams)["model.name"].string_value == "small_cnn"

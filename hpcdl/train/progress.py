@@ -127,8 +127,9 @@ class Progress:
             make_folder(self.folder)
             self.metrics = MetricsLog(self.folder, sorted(  # a resumed run keeps only its past
                 info.history + info.validation_history, key=lambda r: (r["iteration"], r["kind"] == "validation")))
+        self.events_dir = tensorboard.events_folder(self.folder) if self.folder else settings.rank_events
         self.events: Optional[tensorboard.EventLog] = None
-        self.views = LiveViews(self.update_views) if self.folder else None
+        self.views = LiveViews(self.update_views) if self.events_dir else None
 
     def elapsed(self) -> float:
         """Seconds of training, counting those before a resume."""
@@ -214,14 +215,14 @@ class Progress:
 
     def update_views(self) -> None:
         """Redraw training-progress.png (atomically) when plots=training-progress, and append the records not
-        yet in the run's TensorBoard event file (the views' thread calls this; the lists are only appended to)."""
+        yet in the run's (or this rank's) TensorBoard event file (the views' thread calls this; the lists are
+        only appended to)."""
         history, validations = list(self.info.history), list(self.info.validation_history)
         self.facts.stop_reason = self.info.stop_reason
-        if self.plots and history:
+        if self.plots and self.folder and history:
             write_progress_plot(self.folder / PLOT, history, validations, self.facts)
         if self.events is None and tensorboard.available():
-            self.events = tensorboard.EventLog(tensorboard.events_folder(self.folder),
-                                               time.time() - self.elapsed(), fresh=True)
+            self.events = tensorboard.EventLog(self.events_dir, time.time() - self.elapsed(), fresh=True)
         if self.events is not None:
             self.events.add(history, "iteration")
             self.events.add(validations, "validation")
@@ -242,4 +243,5 @@ class Progress:
             self.views.close()
             if self.events is not None:
                 self.events.close()
+        if self.folder:
             self.metrics.close()
