@@ -6,7 +6,7 @@
     python -m hpcdl.jobs show ID               # ID: hpcdl id, a unique prefix, a Slurm job id, or last;
                                                # a sweep's id: its points' table (fetch: CSV and curves)
     python -m hpcdl.jobs logs ID -f --rank 0   # --stderr: the rank's stderr
-    python -m hpcdl.jobs watch ID
+    python -m hpcdl.jobs watch ID              # --plot: its curves as text, and a PNG kept up to date
     python -m hpcdl.jobs wait ID --timeout 3600
     python -m hpcdl.jobs cancel ID
     python -m hpcdl.jobs fetch ID --to results/
@@ -311,9 +311,23 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from hpcdl.lifecycle.job import Job
 
     job = Job.attach(args.id)
-    state = follow(job)
+    state = follow(job, extra=watch_plot(job, args.plot))
     _sweep_table(job)
     return 0 if state == COMPLETED else 1
+
+
+def watch_plot(job: Any, path: Any) -> Any:
+    """jobs watch --plot [PATH]: the progress plot kept in PATH (default ID-progress.png here) and the curves as
+    text under the progress line; None without --plot."""
+    from hpcdl.lifecycle.watch_plot import WatchPlot
+    from hpcdl.store.sweeps import SWEEP
+
+    if path is None:
+        return None
+    if job.manifest.get("kind") == SWEEP:
+        raise HpcdlError(f"{job.id} is a sweep: --plot follows one job (a point: python -m hpcdl.jobs watch "
+                         f"{job.id}_0 --plot), or see every point: python -m hpcdl.jobs report {job.id}")
+    return WatchPlot(Path(path or f"{job.id}-progress.png").absolute())
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
@@ -522,6 +536,10 @@ def parser() -> argparse.ArgumentParser:
             sub.add_argument("--rank", type=int, default=0, metavar="N",
                              help="the rank whose log to print, from 0 (default 0)")
             sub.add_argument("--stderr", action="store_true", help="stderr instead of stdout")
+        if verb == "watch":
+            sub.add_argument("--plot", nargs="?", const="", metavar="PNG",
+                             help="keep the progress plot in PNG (default ID-progress.png here) as the job goes, "
+                                  "and show its curves as text under the progress line")
         if verb == "wait":
             sub.add_argument("--timeout", type=float, default=None, metavar="S",
                              help="give up after this many seconds, exit 1 (default: wait as long as it runs)")

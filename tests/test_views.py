@@ -167,3 +167,27 @@ def test_a_two_rank_job_writes_each_ranks_own_values_and_its_hparams(store: Path
         events.PluginTagToContent("hparams")["_hparams_/session_start_info"]).session_start_info
     assert dict(start.hparams)["training.initial_learn_rate"].number_value == 0.002
     assert dict(start.hparams)["model.name"].string_value == "small_cnn"
+
+
+def test_jobs_watch_plot_keeps_a_png_and_shows_the_curves_as_text(store: Path, digits_root: Path,
+                                                                  tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "hpcdl.submit", f"data.root={digits_root}", "training.max_epochs=2",
+                           "training.plots=none"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    watched = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "watch", "last", "--plot", str(tmp_path / "w.png")],
+                             capture_output=True, text=True, timeout=300)
+    assert watched.returncode == 0, watched.stderr
+    lines = watched.stdout.splitlines()
+    loss = [line for line in lines if line.startswith("training loss")][-1]
+    bars = loss.split()[2]
+    assert 10 <= len(bars) <= 60 and set(bars) <= set("▁▂▃▄▅▆▇█") and bars[0] in "▆▇█" and bars[-1] in "▁▂▃"
+    assert any(line.startswith("val. accuracy") for line in lines)
+    assert f"plot      {tmp_path / 'w.png'}" in lines
+    pixels = _pixels(tmp_path / "w.png")  # drawn from the records, though the job itself drew no plot
+    assert len(panels_in(pixels)) == 2 and [epoch_lines_in(pixels, rows) for rows in panels_in(pixels)] == [1, 1]
+    default = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "watch", "last", "--plot"], capture_output=True,
+                             text=True, timeout=60, cwd=tmp_path)  # an ended job: its final plot at once
+    assert default.returncode == 0 and (tmp_path / f"{lines[0].split()[0]}-progress.png").is_file()
