@@ -129,3 +129,22 @@ def test_a_jobs_page_shows_its_progress_plot_logs_and_confusion(sweep: str, tmp_
         browser.screenshot(tmp_path / "job.png")
     finally:
         browser.close()
+
+
+def test_a_failed_jobs_page_shows_its_first_error_and_its_reports(store: Path, tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text("import hpcdl\nfor step in range(1, 4):\n"
+                                     "    hpcdl.report(step=step, total=10, loss=1.0 / step, reward=step * 2.0)\n"
+                                     "raise ValueError('the reward ran out')\n")
+    done = subprocess.run([sys.executable, "-m", "hpcdl.submit", "script=bad.py", "wait=true"], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode != 0
+    page = tmp_path / "failed.html"
+    assert _jobs("report", "last", "--to", str(page)).returncode == 0
+    browser = Browser(tmp_path / "profile")
+    try:
+        browser.open(page)
+        assert "ValueError: the reward ran out" in browser.evaluate("document.querySelector('#error').textContent")
+        assert browser.evaluate("document.querySelector('img').naturalHeight") > 300  # loss and reward panels
+        assert "FAILED" in browser.evaluate("document.querySelector('table').textContent")
+    finally:
+        browser.close()

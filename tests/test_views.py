@@ -191,3 +191,20 @@ def test_jobs_watch_plot_keeps_a_png_and_shows_the_curves_as_text(store: Path, d
     default = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "watch", "last", "--plot"], capture_output=True,
                              text=True, timeout=60, cwd=tmp_path)  # an ended job: its final plot at once
     assert default.returncode == 0 and (tmp_path / f"{lines[0].split()[0]}-progress.png").is_file()
+
+
+def test_a_run_without_tensorboard_trains_and_says_how_to_get_it(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['tensorboard'] = None\n"  # as if it were not installed
+            "import torch, hpcdl\n"
+            "x, y = torch.randn(64, 3), torch.randint(0, 2, (64,))\n"
+            "options = hpcdl.TrainingOptions(max_epochs=2, mini_batch_size=16, verbose=False, "
+            f"plots='training-progress', output_dir={str(tmp_path)!r})\n"
+            "model, info = hpcdl.train_network((x, y), torch.nn.Linear(3, 2), options)\n"
+            "print(info.stop_reason)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "max-epochs", done.stderr
+    assert done.stderr.count("the tensorboard package is not installed (pip install tensorboard") == 1
+    assert (tmp_path / "training-progress.png").is_file() and not (tmp_path / "tensorboard").exists()
