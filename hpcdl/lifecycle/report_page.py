@@ -93,7 +93,8 @@ def job_html(job: Job) -> str:
     facts_shown = [("job", record.id), ("state", record.state + (f" ({record.reason})" if record.reason else "")),
                    ("progress", progress_words(progress(record)) or "-"), ("kind", str(m.get("kind"))),
                    ("profile", str(m.get("profile"))), ("host", str(status.get("host", "-"))),
-                   ("submitted", _when(m.get("submitted_at"))), ("overrides", " ".join(m.get("overrides") or []) or "-"),
+                   ("submitted", _when(m.get("submitted_at"))),
+                   ("overrides", " ".join(m.get("overrides") or []) or "-"),
                    ("device", str(result.get("device") or "-")), ("folder", str(record.folder)),
                    ("page written", _when(time.time()))]
     return page.job_page(f"Job {record.id} ({m.get('name')})", facts_shown, plot, logs, error,

@@ -13,12 +13,11 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TextIO
 
 import torch
 
-from hpcdl.store.atomic import atomic_open, make_folder
+from hpcdl.store.atomic import make_folder
 from hpcdl.store.files import PLOT
 from hpcdl.store.metrics import MetricsLog
 from hpcdl.view import tensorboard
