@@ -96,12 +96,15 @@ def hparam_value(value: Any) -> Any:
 def write_hparams(logdir: Path, hparams: Mapping[str, Any], start_time: float,
                   metrics: Iterable[str] = HPARAM_METRICS) -> None:
     """An event file in ``logdir`` holding the run's hyperparameters (the HParams dashboard's session start)
-    and the experiment that names them and ``metrics``."""
+    and the experiment that names them and ``metrics``, in place of any written before."""
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
     logdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for old in logdir.glob(EVENT_FILES + HPARAMS_SUFFIX):  # an earlier run's (before a resume or requeue)
+        if old.is_file() and not old.is_symlink():
+            old.unlink()
     start = plugin_data_pb2.SessionStartInfo(start_time_secs=start_time)
     infos = []
     for name, raw in hparams.items():
