@@ -320,6 +320,7 @@ def watch_plot(job: Any, path: Any) -> Any:
     """jobs watch --plot [PATH]: the progress plot kept in PATH (default ID-progress.png here) and the curves as
     text under the progress line; None without --plot."""
     from hpcdl.lifecycle.watch_plot import WatchPlot
+    from hpcdl.store.files import WATCH_PLOT
     from hpcdl.store.sweeps import SWEEP
 
     if path is None:
@@ -327,7 +328,7 @@ def watch_plot(job: Any, path: Any) -> Any:
     if job.manifest.get("kind") == SWEEP:
         raise HpcdlError(f"{job.id} is a sweep: --plot follows one job (a point: python -m hpcdl.jobs watch "
                          f"{job.id}_0 --plot), or see every point: python -m hpcdl.jobs report {job.id}")
-    return WatchPlot(Path(path or f"{job.id}-progress.png").absolute())
+    return WatchPlot(Path(path or WATCH_PLOT.format(id=job.id)).absolute())
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
