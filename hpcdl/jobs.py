@@ -498,6 +498,8 @@ def _state_name(text: str) -> str:
 
 def parser() -> argparse.ArgumentParser:
     """The command line: one subcommand per verb."""
+    from hpcdl.store.files import WATCH_PLOT
+
     top = argparse.ArgumentParser(prog="python -m hpcdl.jobs", description=__doc__.splitlines()[0],
                                   formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     verbs = top.add_subparsers(dest="verb", required=True)
@@ -539,8 +541,8 @@ def parser() -> argparse.ArgumentParser:
             sub.add_argument("--stderr", action="store_true", help="stderr instead of stdout")
         if verb == "watch":
             sub.add_argument("--plot", nargs="?", const="", metavar="PNG",
-                             help="keep the progress plot in PNG (default ID-progress.png here) as the job goes, "
-                                  "and show its curves as text under the progress line")
+                             help=f"keep the progress plot in PNG (default {WATCH_PLOT.format(id='ID')} here) as "
+                                  "the job goes, and show its curves as text under the progress line")
         if verb == "wait":
             sub.add_argument("--timeout", type=float, default=None, metavar="S",
                              help="give up after this many seconds, exit 1 (default: wait as long as it runs)")
