@@ -27,15 +27,11 @@ from hpcdl.view import tensorboard
 from hpcdl.view.live import LiveViews
 from hpcdl.view.progress_plot import RunFacts, user_metrics, write_progress_plot
 
-VIEWS_INTERVAL_S = 5.0
-"""The plot and TensorBoard events are asked for at most this often while the user's code reports."""
-
 _started = time.monotonic()
 _log: Optional[MetricsLog] = None
 _records: list[dict[str, Any]] = []
 _views: Optional[LiveViews] = None
 _events: Optional[tensorboard.EventLog] = None
-_asked_at = 0.0
 _facts = RunFacts()
 
 
@@ -46,7 +42,7 @@ def _job_folder() -> Optional[Path]:
 
 
 def _append(record: dict[str, Any]) -> None:
-    global _log, _views, _asked_at
+    global _log, _views
     folder = _job_folder()
     if folder is None:
         return
@@ -59,9 +55,7 @@ def _append(record: dict[str, Any]) -> None:
     record = {**record, "time_s": round(time.monotonic() - _started, 4)}
     _log.write(record)
     _records.append(record)
-    if time.monotonic() - _asked_at > VIEWS_INTERVAL_S:
-        _asked_at = time.monotonic()
-        _views.request()
+    _views.request()  # drawn at most every MIN_INTERVAL_S (hpcdl.view.live)
 
 
 def _earlier_records(folder: Path) -> list[dict[str, Any]]:

@@ -5,15 +5,24 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from typing import Callable
 
 
-class LiveViews:
-    """Runs ``update`` in a background thread whenever asked (requests that come while it runs fold into one
-    more run), and once more in the caller's thread on ``close``."""
+MIN_INTERVAL_S = 10.0
+"""The least time between two updates: requests in between fold into the next (on a CPU run the drawing takes
+the cores the training uses)."""
 
-    def __init__(self, update: Callable[[], None], name: str = "hpcdl-views") -> None:
-        self.update = update
+
+class LiveViews:
+    """Runs ``update`` in a background thread whenever asked (requests that come while it runs, or less than
+    ``min_interval_s`` after it began, fold into one more run), and once more in the caller's thread on
+    ``close``."""
+
+    def __init__(self, update: Callable[[], None], name: str = "hpcdl-views",
+                 min_interval_s: float = MIN_INTERVAL_S) -> None:
+        self.update, self.min_interval_s = update, min_interval_s
+        self.ending = threading.Event()
         self.asked, self.closing = threading.Event(), False
         self.failed = False
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -26,10 +35,13 @@ class LiveViews:
     def _run(self) -> None:
         while True:
             self.asked.wait()
-            self.asked.clear()
             if self.closing:
                 return
+            self.asked.clear()
+            began = time.monotonic()
             self._update()
+            if self.ending.wait(max(0.0, self.min_interval_s - (time.monotonic() - began))):  # close() cut it short
+                return
 
     def _update(self) -> None:
         try:
@@ -44,5 +56,6 @@ class LiveViews:
         """Stop the thread (after the update it is running) and update once more here: the final views."""
         self.closing = True
         self.asked.set()
+        self.ending.set()
         self.thread.join()
         self._update()
