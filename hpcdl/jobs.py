@@ -8,11 +8,13 @@
     python -m hpcdl.jobs logs ID -f --rank 0   # --stderr: the rank's stderr
     python -m hpcdl.jobs why ID                # the root-cause rank and its traceback, its victims, a hang's stacks
     python -m hpcdl.jobs stacks ID             # every rank's Python stack now, grouped
-    python -m hpcdl.jobs watch ID
+    python -m hpcdl.jobs watch ID              # --plot: its curves as text, and a PNG kept up to date
     python -m hpcdl.jobs wait ID --timeout 3600
     python -m hpcdl.jobs cancel ID
     python -m hpcdl.jobs fetch ID --to results/
     python -m hpcdl.jobs resume ID --time 02:00:00
+    python -m hpcdl.jobs report ID             # one self-contained HTML page (a sweep: its trials' table)
+    python -m hpcdl.jobs tensorboard ID        # the tensorboard command for its event files
 """
 
 from __future__ import annotations
@@ -373,9 +375,24 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from hpcdl.lifecycle.job import Job
 
     job = Job.attach(args.id)
-    state = follow(job)
+    state = follow(job, extra=watch_plot(job, args.plot))
     _sweep_table(job)
     return 0 if state == COMPLETED else 1
+
+
+def watch_plot(job: Any, path: Any) -> Any:
+    """jobs watch --plot [PATH]: the progress plot kept in PATH (default ID-progress.png here) and the curves as
+    text under the progress line; None without --plot."""
+    from hpcdl.lifecycle.watch_plot import WatchPlot
+    from hpcdl.store.files import WATCH_PLOT
+    from hpcdl.store.sweeps import SWEEP
+
+    if path is None:
+        return None
+    if job.manifest.get("kind") == SWEEP:
+        raise HpcdlError(f"{job.id} is a sweep: --plot follows one job (a point: python -m hpcdl.jobs watch "
+                         f"{job.id}_0 --plot), or see every point: python -m hpcdl.jobs report {job.id}")
+    return WatchPlot(Path(path or WATCH_PLOT.format(id=job.id)).absolute())
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
@@ -406,10 +423,49 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from hpcdl.lifecycle.job import Job
 
     job = Job.attach(args.id)
+    if args.point is not None:
+        return cancel_point(job, args.point, args.timeout)
     if job.cancel():
         print(f"removed {job.id}: its submission had been interrupted, none of its points ran")
         return 0
     print(f"cancelled {job.id}; state now {job.wait(timeout=args.timeout)}")
+    return 0
+
+
+def cancel_point(sweep: Any, num: int, timeout: float) -> int:
+    """Cancel one trial of a sweep (its other points go on); an error naming the points there are if it has
+    no point ``num``."""
+    from hpcdl.lifecycle.job import Job
+    from hpcdl.store.sweeps import SWEEP, point_ids
+
+    if sweep.manifest.get("kind") != SWEEP:
+        raise HpcdlError(f"{sweep.id} is no sweep: --point names a trial of a sweep (cancel a job by its id alone)")
+    points = point_ids(sweep.refresh())
+    if not 0 <= num < len(points):
+        raise HpcdlError(f"sweep {sweep.id} has {len(points)} point(s), numbered 0 to {len(points) - 1}: "
+                         f"there is no point {num}")
+    point = Job.attach(points[num])
+    point.cancel()
+    print(f"cancelled point {num} ({point.id}) of sweep {sweep.id}; state now {point.wait(timeout=timeout)}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write the experiment page of a job or sweep."""
+    from hpcdl.lifecycle.report_page import write_report
+
+    started = time.perf_counter()
+    path = write_report(args.id, Path(args.to).absolute() if args.to else None, args.metric)
+    print(f"wrote {path} in {time.perf_counter() - started:.2f} s ({path.stat().st_size / 1e6:.2f} MB); open it "
+          f"in a browser (no server needed), e.g. after: scp {os.uname().nodename}:{path} .")
+    return 0
+
+
+def cmd_tensorboard(args: argparse.Namespace) -> int:
+    """Print the tensorboard command for a job's or a sweep's event files."""
+    from hpcdl.lifecycle.report_page import tensorboard_command
+
+    print(tensorboard_command(args.id, args.port))
     return 0
 
 
@@ -506,6 +562,8 @@ def _state_name(text: str) -> str:
 
 def parser() -> argparse.ArgumentParser:
     """The command line: one subcommand per verb."""
+    from hpcdl.store.files import WATCH_PLOT
+
     top = argparse.ArgumentParser(prog="python -m hpcdl.jobs", description=__doc__.splitlines()[0],
                                   formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     verbs = top.add_subparsers(dest="verb", required=True)
@@ -534,7 +592,11 @@ def parser() -> argparse.ArgumentParser:
                             ("logs", cmd_logs, "a rank's stdout or stderr"),
                             ("why", cmd_why, "why the job failed: the root-cause rank first, its victims, a hang's "
                                              "stacks"),
-                            ("stacks", cmd_stacks, "every rank's Python stack of a running job, grouped")):
+                            ("stacks", cmd_stacks, "every rank's Python stack of a running job, grouped"),
+                            ("report", cmd_report, "write one self-contained HTML page of a job or sweep (a sweep: "
+                                                   "its trials' table, curves, confusion matrices, definition)"),
+                            ("tensorboard", cmd_tensorboard, "print the tensorboard command for a job's or sweep's "
+                                                             "event files, and the ssh line to forward its port")):
         sub = verbs.add_parser(verb, help=text, description=text)
         sub.add_argument("id", metavar="ID", help="the job's hpcdl id, a unique prefix of it, its Slurm job id, "
                                                   "or 'last' (your newest job)")
@@ -544,15 +606,26 @@ def parser() -> argparse.ArgumentParser:
             sub.add_argument("--rank", type=int, default=0, metavar="N",
                              help="the rank whose log to print, from 0 (default 0)")
             sub.add_argument("--stderr", action="store_true", help="stderr instead of stdout")
+        if verb == "watch":
+            sub.add_argument("--plot", nargs="?", const="", metavar="PNG",
+                             help=f"keep the progress plot in PNG (default {WATCH_PLOT.format(id='ID')} here) as "
+                                  "the job goes, and show its curves as text under the progress line")
         if verb == "wait":
             sub.add_argument("--timeout", type=float, default=None, metavar="S",
                              help="give up after this many seconds, exit 1 (default: wait as long as it runs)")
         if verb == "cancel":
             sub.add_argument("--timeout", type=float, default=60.0, metavar="S",
                              help="seconds to wait for the job to end after cancelling it (default 60)")
+            sub.add_argument("--point", type=int, metavar="N", help="cancel only point N of the sweep ID")
         if verb == "stacks":
             sub.add_argument("--timeout", type=float, default=STACKS_WAIT_S, metavar="S",
                              help=f"seconds to wait for every rank's answer (default {STACKS_WAIT_S:g})")
+        if verb == "report":
+            sub.add_argument("--to", help="the HTML file to write (default: report.html in the job's folder)")
+            sub.add_argument("--metric", help="a sweep's best trial by this column (default: the best validation "
+                                              "accuracy, else the value, accuracy or loss)")
+        if verb == "tensorboard":
+            sub.add_argument("--port", type=int, default=6006, help="the port tensorboard serves on (default 6006)")
         if verb == "resume":
             sub.add_argument("--time", help="a new time limit (Slurm's format, e.g. 02:00:00)")
         if verb == "fetch":

@@ -13,17 +13,26 @@ Rank 0 alone writes (the others' calls do nothing); outside a job they do nothin
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 from hpcdl.distributed import heartbeat
-from hpcdl.store.files import FUNCTION_RESULT
+from hpcdl.store.files import FUNCTION_RESULT, METRICS, PLOT, REPORT_FIELDS
 from hpcdl.store.metrics import MetricsLog
+from hpcdl.view import tensorboard
+from hpcdl.view.live import LiveViews
+from hpcdl.view.progress_plot import RunFacts, user_metrics, write_progress_plot
 
 _started = time.monotonic()
 _log: Optional[MetricsLog] = None
+_records: list[dict[str, Any]] = []
+_views: Optional[LiveViews] = None
+_events: Optional[tensorboard.EventLog] = None
+_facts = RunFacts()
 
 
 def _job_folder() -> Optional[Path]:
@@ -33,21 +42,66 @@ def _job_folder() -> Optional[Path]:
 
 
 def _append(record: dict[str, Any]) -> None:
-    global _log
+    global _log, _views
     folder = _job_folder()
     if folder is None:
         return
     if _log is None:
+        _records[:] = _earlier_records(folder)  # an earlier run's reports go on (jobs resume)
         _log = MetricsLog(folder)
-    _log.write({**record, "time_s": round(time.monotonic() - _started, 4)})
+        workers = int(os.environ.get("WORLD_SIZE", "1"))
+        _facts.environment = f"your code, {workers} rank{'s' if workers > 1 else ''}, rank 0 on {socket.gethostname()}"
+        _views = LiveViews(lambda: _update_views(folder))
+    record = {**record, "time_s": round(time.monotonic() - _started, 4)}
+    _log.write(record)
+    _records.append(record)
+    _views.request()  # drawn at most every MIN_INTERVAL_S (hpcdl.view.live)
 
 
-def close_metrics() -> None:
-    """Save the summary of the records reported (the job calls this when the user's code returns)."""
-    global _log
+def _earlier_records(folder: Path) -> list[dict[str, Any]]:
+    try:
+        lines = (folder / METRICS).read_bytes().splitlines()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:  # a line an earlier run was cut in
+            continue
+    return [r for r in records if isinstance(r, dict)]
+
+
+def _update_views(folder: Path) -> None:
+    """Redraw training-progress.png (a panel for each kind of value reported) and append TensorBoard events."""
+    global _events
+    records = list(_records)
+    iterations = [r for r in records if r.get("kind") == "iteration"]
+    validations = [r for r in records if r.get("kind") == "validation"]
+    write_progress_plot(folder / PLOT, iterations, validations, _facts, user_metrics(iterations, REPORT_FIELDS))
+    if _events is None and tensorboard.available():
+        _events = tensorboard.EventLog(tensorboard.events_folder(folder), time.time() - (time.monotonic() - _started),
+                                       fresh=True)
+    if _events is not None:
+        _events.add(records)
+
+
+def close_metrics(stop_reason: str = "returned") -> None:
+    """Save the summary of the records reported, draw the final plot and events (the job calls this when the
+    user's code returns). A script reports from a process of its own: its records are read from the file."""
+    global _log, _views, _events
+    folder = _job_folder()
+    if _log is None and folder is not None and (folder / METRICS).is_file():
+        _records[:] = _earlier_records(folder)
+        _views = LiveViews(lambda: _update_views(folder))
+    _facts.stop_reason = stop_reason
+    if _views is not None:
+        _views.close()
+    if _events is not None:
+        _events.close()
     if _log is not None:
         _log.close()
-        _log = None
+    _log, _views, _events = None, None, None
 
 
 def report(step: int, loss: Optional[float] = None, *, accuracy: Optional[float] = None,

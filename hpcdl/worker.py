@@ -37,7 +37,7 @@ from hpcdl.reporting import close_metrics
 from hpcdl.snapshot import run_from_snapshot
 from hpcdl.store.atomic import atomic_save, make_folder, remove_stale_temporaries
 from hpcdl.store.caches import compile_cache
-from hpcdl.store.files import (CHECKPOINTS, FUNCTION_RESULT, LOGS, MANIFEST, METRICS, NCCL_TRACE,
+from hpcdl.store.files import (CHECKPOINTS, FUNCTION_RESULT, LOGS, MANIFEST, NCCL_TRACE,
                                RANK_RESULTS, RANKS_DONE, STATUS, checkpoint_files, rank_log, rank_result)
 from hpcdl.store.folders import read_json
 from hpcdl.store.safety import check_store
@@ -51,7 +51,16 @@ RANK_LOGS = "HPCDL_RANK_LOGS"
 """Set for the ranks of a local mpirun: the folder of their own log files."""
 
 
+def _write_hparams(folder: Path, manifest: dict[str, Any]) -> None:
+    """The run's hyperparameters (its main options, its overrides, a sweep point's own) for TensorBoard."""
+    from hpcdl.view import tensorboard
+
+    if global_rank() == 0 and tensorboard.available():
+        tensorboard.write_hparams(tensorboard.events_folder(folder), tensorboard.run_hparams(manifest), time.time())
+
+
 def _run_payload(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> None:
+    _write_hparams(folder, manifest)
     if plan.kind == "train":
         from hpcdl.train.job import run_training
 
@@ -68,13 +77,9 @@ def _run_payload(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> None:
     if global_rank() != 0:
         return
 
-    close_metrics()
+    close_metrics()  # hpcdl.report's records: the final plot and events, as the trainer's
     if result is not None or not (folder / FUNCTION_RESULT).exists():  # hpcdl.save_result's stays
         atomic_save(folder / FUNCTION_RESULT, lambda out: cloudpickle.dump(result, out))
-    if (folder / METRICS).exists():  # hpcdl.report's records: the same plot as the trainer's
-        from hpcdl.train.progress import plot_records
-
-        plot_records(folder)
 
 
 def _enforce_local_time_limit(folder: Path, plan: JobPlan) -> None:

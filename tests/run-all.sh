@@ -51,6 +51,12 @@ else
     python3 -m venv .venv                         # came with (awscli pins botocore) cannot clash with the tests'
     . .venv/bin/activate
   fi
+  if ! command -v chromium >/dev/null 2>&1; then  # the experiment page's tests open it in a real browser
+    say "installing chromium"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  fi
   python3 -m pip install -q torch==2.13.0        # the CPU build that lies on disk; install it first
   python3 -m pip install -q -e '.[test,mpi]'     # mpi4py finds Debian's Open MPI; moto serves S3 on loopback
   export HPCDL_REQUIRE_SLURM=1                    # tests against the cluster fail, never skip, here

@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "hpcdl"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "host", "gpus"),  # what every layer may use: the error tree, this machine, its GPUs
     ("store",),  # THE FLOOR: the job folder on disk, every file and state name; no backend, no torch
+    ("view",),  # a run's plot, TensorBoard events and experiment page, drawn from its records alone
     ("models",),  # the registry of built-in networks (names; torch only once one is built)
     ("config",),  # the typed tree, composition, help
     ("data",),  # rank side: datastores, batches, augmentation
@@ -144,8 +145,9 @@ STATES = PACKAGE / "store" / "states.py"
 """Every state name: hpcdl's and the scheduler's."""
 FILE_NAME = re.compile(r"\.(json|jsonl|pkl|pt|png|csv|log|out|err|sh)\b")
 """A literal naming a file by its ending."""
-ORDINARY_WORDS = {"code", "logs", "results", "slurm", "sweep"}
-"""Names of files.py that are words of other meanings too (a backend, a manifest kind): not searched for alone."""
+ORDINARY_WORDS = {"code", "logs", "results", "slurm", "sweep", "tensorboard"}
+"""Names of files.py that are words of other meanings too (a backend, a manifest kind, a package and a `jobs`
+verb): not searched for alone."""
 OTHER_FILES = {
     "hpcdl/data/listing.py": "image files a datastore reads, not job files",
     "hpcdl/data/digits.py": "image files of the example data set",

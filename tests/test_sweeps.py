@@ -284,6 +284,21 @@ def test_sweep_table_and_plot_legend_name_the_varying_overrides_outside_the_pane
     assert width > 1300 and height > 400  # the legend beside the panels (12 x 4.5 in at 100 dpi) is in the picture
 
 
+def test_a_long_sweeps_legend_stands_in_columns_beside_the_panels(tmp_path: Path) -> None:
+    from hpcdl.lifecycle.sweep_report import curves_figure
+
+    points = [_point(tmp_path / f"s_{n}", n, ["name=a", f"training.initial_learn_rate={n / 1000}"],
+                     [1.0, 0.5, 0.1 + n / 100]) for n in range(60)]
+    figure = curves_figure(points)
+    legend, = figure.legends
+    assert legend._ncols == 3 and legend.get_texts()[59].get_text() == "training.initial_learn_rate=0.059"
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    box = legend.get_window_extent(renderer)
+    assert box.height < 1.6 * figure.bbox.height  # not a tower of 60 rows far below the panels
+    assert not any(box.overlaps(axes.get_window_extent(renderer)) for axes in figure.axes)
+
+
 OPTUNA_APP = '''
 import hydra
 

@@ -30,7 +30,8 @@ COMMAND = re.compile(r"^\s*(?:python|bash|cd|eval|pip|hpcdl-\w+)\b")
 HELP_COMMANDS = [
     "python -m hpcdl.submit --help", "python -m hpcdl.run --help", "python -m hpcdl.jobs --help",
     *(f"python -m hpcdl.jobs {verb} --help"
-      for verb in ("list", "clean", "show", "logs", "watch", "wait", "cancel", "fetch", "resume", "why", "stacks")),
+      for verb in ("list", "clean", "show", "logs", "watch", "wait", "cancel", "fetch", "resume", "why", "stacks",
+                  "report", "tensorboard")),
     "python -m hpcdl.devices --help", "python -m hpcdl.profiles --help", "python -m hpcdl.config.help --help",
     "python -m hpcdl.config.help",
     "hpcdl-submit --help", "hpcdl-jobs --help", "hpcdl-run --help", "hpcdl-devices --help",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO
 
 from hpcdl.lifecycle.job import Job
 from hpcdl.store.folders import JobRecord
@@ -49,19 +49,26 @@ def progress_line(record: JobRecord, view: dict[str, Any], width: int = 24) -> s
     return " ".join(p for p in parts if p)
 
 
-def follow(job: Job, out: TextIO = sys.stdout, poll_s: float = 1.0, timeout: Optional[float] = None) -> str:
+def follow(job: Job, out: TextIO = sys.stdout, poll_s: float = 1.0, timeout: Optional[float] = None,
+           extra: Optional[Callable[[JobRecord], list[str]]] = None) -> str:
     """Show the job's progress (a sweep's: k of N points done) until it ends; returns its final state.
-    TimeoutError once ``timeout`` seconds have passed."""
+    ``extra`` gives lines to show under the progress line at each look. TimeoutError once ``timeout`` seconds
+    have passed."""
     live = out.isatty()
-    last_line = ""
+    last: list[str] = []
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         record = job.refresh()
         line = f"{record.id} {record.state:<9s} {points_done(record)}" if is_sweep(record) \
             else progress_line(record, progress(record))
-        if line != last_line:
-            print(("\r\033[K" + line) if live else line, end="" if live else "\n", file=out, flush=True)
-            last_line = line
+        block = [line, *(extra(record) if extra else [])]
+        if block != last:
+            if live:  # back to the block's first line, each line drawn over
+                up = f"\033[{len(last) - 1}F" if len(last) > 1 else ""
+                print(up + "\r" + "\n".join("\033[K" + text for text in block), end="", file=out, flush=True)
+            else:
+                print("\n".join(block), file=out, flush=True)
+            last = block
         if record.final:
             if live:
                 print(file=out)

@@ -4,6 +4,7 @@ and the points' curves in one plot. Read from the points' own records: no torch.
 from __future__ import annotations
 
 import csv
+import math
 import os
 import tempfile
 import time
@@ -16,6 +17,8 @@ from hpcdl.store.metrics import progress, read_records
 from hpcdl.store.safety import load_pickle
 from hpcdl.store.states import COMPLETED
 
+LEGEND_ROWS = 25
+"""The most points named in one column of the curves' legend."""
 SUMMARY_COLUMNS = ("num", "id", "overrides", "state", "elapsed_s", "epoch", "iteration", "loss", "accuracy",
                    "validation_accuracy", "best_validation_accuracy", "value", "reason")
 
@@ -140,6 +143,7 @@ def curves_figure(points: list[JobRecord]) -> Any:
     if with_validation:
         axes[1].set(xlabel="iteration", ylabel="validation accuracy", title="Validation accuracy")
     figure.tight_layout()
-    figure.legend(*axes[0].get_legend_handles_labels(), loc="upper left", bbox_to_anchor=(1, 0.93),
-                  fontsize="small")
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="upper left", bbox_to_anchor=(1, 0.93), fontsize="small",
+                  ncols=math.ceil(len(labels) / LEGEND_ROWS))  # a long sweep's legend in columns, not a tower
     return figure

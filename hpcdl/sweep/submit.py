@@ -24,7 +24,7 @@ from hpcdl.store.atomic import atomic_write_text, sync_filesystem, write_unsynce
 from hpcdl.store.files import FUNCTION, MANIFEST
 from hpcdl.store.folders import (JobRecord, new_job_folder, new_named_folder, remember_root, remove_job_folder,
                                  store_root, write_json)
-from hpcdl.store.files import CANCELLED_MARK
+from hpcdl.store.files import CANCELLED_MARK, MULTIRUN
 from hpcdl.store.sweeps import SUBMITTING_MARK, SWEEP
 from hpcdl.lifecycle.submission import job_manifest, runs_user_code
 
@@ -88,7 +88,7 @@ def open_sweep(plan: JobPlan, name: str, overrides: Sequence[str], multirun_yaml
     try:
         write_json(folder / MANIFEST, manifest)  # first: killed from here on, the sweep is listed INTERRUPTED
         if multirun_yaml is not None:
-            atomic_write_text(folder / "multirun.yaml", multirun_yaml)
+            atomic_write_text(folder / MULTIRUN, multirun_yaml)
     except BaseException:
         remove_job_folder(folder)
         raise

@@ -29,7 +29,8 @@ from hpcdl.data.transformed import TransformedDatastore
 from hpcdl.models import build_model
 from hpcdl.plan import JobPlan
 from hpcdl.train.loop import seed_everything, train_network
-from hpcdl.store.files import CHECKPOINTS, INFO, MODEL, RESULT
+from hpcdl.store.files import CHECKPOINTS, CONFUSION, INFO, MODEL, RESULT
+from hpcdl.train.predict import predict
 from hpcdl.train.progress import TrainingInfo
 
 
@@ -157,7 +158,19 @@ def run_training(plan: JobPlan, folder: str | Path) -> dict[str, Any]:
         "config": config_to_dict(config),
     }
     atomic_write_text(folder / RESULT, json.dumps(summary, indent=2))
+    if validation_view is not None and info.classes and final.get("accuracy") is not None:  # classification
+        atomic_write_text(folder / CONFUSION, json.dumps(confusion(model, validation_view, options, info.classes)))
     return summary
+
+
+def confusion(model: nn.Module, data: Dataset, options: Any, classes: list[str]) -> dict[str, Any]:
+    """The network's confusion matrix on ``data``: counts[true][predicted], rows and columns in ``classes``'
+    order (the experiment page shows it)."""
+    predicted = predict(model, data, options).argmax(dim=1).tolist()
+    counts = [[0] * len(classes) for _ in classes]
+    for index, guess in enumerate(predicted):
+        counts[int(data[index][1])][guess] += 1
+    return {"classes": [str(c) for c in classes], "counts": counts}
 
 
 def load_result(folder: str | Path) -> tuple[nn.Module, TrainingInfo, dict[str, Any]]:

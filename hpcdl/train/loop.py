@@ -126,6 +126,12 @@ class Step:
         return loss, out
 
 
+def environment_words(options: TrainingOptions, context: DistContext, info: TrainingInfo) -> str:
+    """The execution environment and devices in words, for the progress plot's info panel."""
+    workers = context.env.world_size
+    return f"{options.execution_environment}, {workers} worker{'s' if workers > 1 else ''}: {info.device}"
+
+
 def make_step(model: nn.Module, options: TrainingOptions, learn_rate: float, context: DistContext,
               device: torch.device, speed: SpeedChoice, compiling: CompileDecision) -> Step:
     """The step of ``model`` (already on ``device``) with the options' solver, loss and precision (resolved by
@@ -270,7 +276,7 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
             print(f"Resumed from the checkpoint of iteration {state.iteration} in {settings.checkpoint_path}",
                   flush=True)
         progress = Progress(options, settings, info, callbacks, state.elapsed_before,
-                            total=per_epoch * options.max_epochs)
+                            total=per_epoch * options.max_epochs, environment=environment_words(options, context, info))
         loader = BatchLoader(train_set, device, memory_format, options.dispatch_in_background,
                              options.num_workers, options.prefetch_factor, state.shuffle_seed,
                              gpu_decode=use_gpu_decode(options.gpu_decode, train_set, device),

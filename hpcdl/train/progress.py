@@ -3,24 +3,26 @@
 Step losses and hit counts are copied to pinned host memory as the step ends,
 behind an event; a row, a callback or a validation reads them (waiting for that
 step alone), and the rest are read once their event has passed, so the loop
-never waits for the GPU because of progress, metrics or plots.
+never waits for the GPU because of progress, metrics or plots. The plot and the
+TensorBoard events are drawn from the records by a thread of their own
+(hpcdl.view.live), asked at the verbose frequency and after each validation.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TextIO
 
 import torch
 
-from hpcdl.store.atomic import atomic_open, make_folder
-from hpcdl.store.files import METRICS, PLOT, REPORT_FIELDS
+from hpcdl.store.atomic import make_folder
+from hpcdl.store.files import PLOT
 from hpcdl.store.metrics import MetricsLog
+from hpcdl.view import tensorboard
+from hpcdl.view.live import LiveViews
+from hpcdl.view.progress_plot import RunFacts, write_progress_plot
 from hpcdl.config import TrainingOptions
 from hpcdl.train.settings import RunSettings
 from hpcdl.train.datawait import Wait
@@ -28,7 +30,6 @@ from hpcdl.train.datawait import Wait
 Record = dict[str, Any]
 Callback = Callable[[Record], Optional[bool]]
 
-PLOT_INTERVAL_S = 10.0
 PENDING_LIMIT = 64
 
 HEADER = ("|  Epoch  |  Iteration  |  Time Elapsed  |  Mini-batch  |  Validation  |  Mini-batch  |"
@@ -109,15 +110,15 @@ class Progress:
 
     def __init__(self, options: TrainingOptions, settings: RunSettings, info: TrainingInfo,
                  callbacks: Sequence[Callback], elapsed_before: float = 0.0, out: Optional[TextIO] = None,
-                 total: Optional[int] = None) -> None:
+                 total: Optional[int] = None, environment: str = "") -> None:
         self.total = total  # iterations of the whole run (max_epochs of them), in each record for `jobs` to show
+        self.facts = RunFacts(environment=environment, max_epochs=options.max_epochs)
         self.verbose, self.verbose_frequency, self.plots = settings.verbose, options.verbose_frequency, settings.plots
         self.info, self.callbacks = info, list(callbacks)
         self.out = out or sys.stdout
         self.start = time.perf_counter() - elapsed_before
         self.pending: list[Pending] = []
         self.last_time = self.start
-        self.last_plot = 0.0
         self.header_printed = False
         self.last_row = 0
         self.folder = settings.output_dir
@@ -125,6 +126,9 @@ class Progress:
             make_folder(self.folder)
             self.metrics = MetricsLog(self.folder, sorted(  # a resumed run keeps only its past
                 info.history + info.validation_history, key=lambda r: (r["iteration"], r["kind"] == "validation")))
+        self.events_dir = tensorboard.events_folder(self.folder) if self.folder else settings.rank_events
+        self.events: Optional[tensorboard.EventLog] = None
+        self.views = LiveViews(self.update_views) if self.events_dir else None
 
     def elapsed(self) -> float:
         """Seconds of training, counting those before a resume."""
@@ -146,10 +150,11 @@ class Progress:
     def end_iteration(self, validation: Optional[Record]) -> bool:
         """Emit what is due after an iteration; True when a callback asked to stop."""
         iteration = self.pending[-1].iteration
-        row_due = self.verbose and (iteration == 1 or iteration % self.verbose_frequency == 0)
+        due = iteration == 1 or iteration % self.verbose_frequency == 0
+        row_due = self.verbose and due
         if self.callbacks or row_due or validation:
             self.flush()
-        elif len(self.pending) >= PENDING_LIMIT:
+        elif len(self.pending) >= PENDING_LIMIT or due and self.views:
             self.flush(wait=False)
         if validation:
             self.add_validation(validation)
@@ -159,8 +164,8 @@ class Progress:
         stop = False
         for callback in self.callbacks:
             stop = bool(callback({**record, "validation": validation})) or stop
-        if validation or time.perf_counter() - self.last_plot > PLOT_INTERVAL_S:
-            self.plot()
+        if self.views and (due or validation):
+            self.views.request()
         return stop
 
     def flush(self, wait: bool = True) -> None:
@@ -207,12 +212,19 @@ class Progress:
               f"{_pct(record['accuracy']):>12s} | {_pct(v.get('accuracy')):>12s} | {_num(record['loss']):>12s} | "
               f"{_num(v.get('loss')):>12s} | {record['learn_rate']:15.4e} |", file=self.out, flush=True)
 
-    def plot(self) -> None:
-        """Redraw training-progress.png (atomically) when plots=training-progress."""
-        self.last_plot = time.perf_counter()
-        if not self.plots or not self.folder or not self.info.history:
-            return
-        write_progress_plot(self.folder / PLOT, self.info)
+    def update_views(self) -> None:
+        """Redraw training-progress.png (atomically) when plots=training-progress, and append the records not
+        yet in the run's (or this rank's) TensorBoard event file (the views' thread calls this; the lists are
+        only appended to)."""
+        history, validations = list(self.info.history), list(self.info.validation_history)
+        self.facts.stop_reason = self.info.stop_reason
+        if self.plots and self.folder and history:
+            write_progress_plot(self.folder / PLOT, history, validations, self.facts)
+        if self.events is None and tensorboard.available():
+            self.events = tensorboard.EventLog(self.events_dir, time.time() - self.elapsed(), fresh=True)
+        if self.events is not None:
+            self.events.add(history, "iteration")
+            self.events.add(validations, "validation")
 
     def finish(self, reason: str) -> None:
         """Flush everything, print the last iteration's row (with its validation) unless it was printed, note why
@@ -226,55 +238,9 @@ class Progress:
                            else None)
         if self.verbose:
             print(f"Training finished: {reason}", file=self.out, flush=True)
-        self.plot()
+        if self.views:
+            self.views.close()
+            if self.events is not None:
+                self.events.close()
         if self.folder:
             self.metrics.close()
-
-
-def write_progress_plot(path: Path, info: TrainingInfo, metrics: Sequence[str] = ()) -> list[str]:
-    """A panel for each kind of value the records hold, against iteration: accuracy, loss, then each of
-    ``metrics`` (the user's own numbers); validation as dashed black points. Returns the panels' labels (also in
-    the PNG's Description)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    panels = [(label, key, scale, color) for label, key, scale, color in
-              (("Accuracy (%)", "accuracy", 100, "#0072BD"), ("Loss", "loss", 1, "#D95319"))
-              if any(r.get(key) is not None for r in info.history)] + [(name, name, 1, None) for name in metrics]
-    if not panels:
-        return []
-    figure = Figure(figsize=(9, 1.5 + 2.5 * len(panels)), dpi=100)
-    FigureCanvasAgg(figure)
-    for (label, key, scale, color), axes in zip(panels, figure.subplots(len(panels), 1, sharex=True,
-                                                                        squeeze=False)[:, 0]):
-        training = [(r["iteration"], scale * r[key]) for r in info.history if r.get(key) is not None]
-        axes.plot(*zip(*training), color=color, lw=0.8, label="Training")
-        validation = [(r["iteration"], scale * r[key]) for r in info.validation_history if r.get(key) is not None]
-        if validation:
-            axes.plot(*zip(*validation), "k--o", ms=3, label="Validation")
-        values = [scale * r[key] for r in info.history if r.get(key) is not None and math.isfinite(r[key])]
-        if key == "loss" and values and min(values) > 0 and max(values) / min(values) > 100:
-            axes.set_yscale("log")
-        axes.set_ylabel(label)
-        axes.legend(loc="lower right" if key == "accuracy" else "upper right")
-        axes.grid(True, alpha=0.3)
-    axes.set_xlabel("Iteration")
-    last = info.history[-1]
-    where = ([f"epoch {last['epoch']}"] if last.get("epoch") is not None else []) + \
-        [f"iteration {last['iteration']}" + (f" of {last['total']}" if last.get("total") else "")]
-    figure.suptitle(f"Training progress: {', '.join(where)}" + (f", {info.stop_reason}" if info.stop_reason else ""))
-    labels = [label for label, *_ in panels]
-    with atomic_open(path, "wb") as f:
-        figure.savefig(f, format="png", metadata={"Description": "panels: " + ", ".join(labels)})
-    return labels
-
-
-def plot_records(folder: Path) -> list[str]:
-    """Draw training-progress.png in ``folder`` from its metrics.jsonl (records of hpcdl.report): a panel for each
-    kind of value reported; returns their labels."""
-    records = [json.loads(line) for line in (folder / METRICS).read_text().splitlines() if line.strip()]
-    info = TrainingInfo(history=[r for r in records if r.get("kind") == "iteration"],
-                        validation_history=[r for r in records if r.get("kind") == "validation"])
-    metrics = list(dict.fromkeys(k for r in info.history for k, v in r.items()
-                                 if k not in REPORT_FIELDS and isinstance(v, (int, float))))
-    return write_progress_plot(folder / PLOT, info, metrics) if info.history else []

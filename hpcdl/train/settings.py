@@ -9,6 +9,7 @@ from typing import Optional
 from hpcdl.config import TrainingOptions
 from hpcdl.distributed.context import DistContext
 from hpcdl.distributed.shares import RankShares
+from hpcdl.view.tensorboard import events_folder
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class RunSettings:
     """Print the progress table (the lead worker only)."""
     plots: bool
     """Draw training-progress.png."""
+    rank_events: Optional[Path] = None
+    """Where a rank other than the lead writes TensorBoard events of its own values (its loss, data wait): the
+    run folder's tensorboard/rankN; None on the lead (its events go with the metrics) and in a run of one."""
 
 
 def run_settings(options: TrainingOptions, ranks: RankShares, context: DistContext,
@@ -38,7 +42,9 @@ def run_settings(options: TrainingOptions, ranks: RankShares, context: DistConte
         learn_rate=ranks.learn_rate, global_batch=ranks.global_batch,
         output_dir=Path(output) if output and context.lead else None,
         checkpoint_path=Path(checkpoints) if checkpoints else None,
-        verbose=options.verbose and context.lead, plots=options.plots != "none" and context.lead)
+        verbose=options.verbose and context.lead, plots=options.plots != "none" and context.lead,
+        rank_events=events_folder(Path(output), context.env.rank) if output and context.distributed
+        and not context.lead else None)
     if context.distributed and settings.verbose:
         print(f"[hpcdl] {len(context.computing)} computing worker(s) of {context.env.world_size}; global "
               f"mini-batch {ranks.global_batch}, per worker {ranks.worker_batches}; learning rate "
