@@ -65,8 +65,13 @@ SUMMARY_PLOT = "sweep-curves.png"
 """In a sweep's folder: the points' curves in one plot (jobs sweep --plot)."""
 CANCELLED_MARK = "cancelled"
 """A file in a sweep's folder once it was cancelled: later batches of its sweeper are refused."""
+INDEX_HEAD = "head.jsonl"
+"""In a store's index folder: what the index knows of the store and the rows read at every listing
+(hpcdl.store.segments)."""
+INDEX_SEGMENT = "ended-{number}.jsonl"
+"""In a store's index folder: one segment of ended jobs' rows (hpcdl.store.segments)."""
 INDEX_ROWS = "rows.jsonl"
-"""In a store's index folder: one row per job (hpcdl.store.index)."""
+"""In a store's index folder: the rows of the index's first version, removed when the index is written."""
 RESULTS = (MODEL, INFO, RESULT, METRICS, PLOT)
 """What jobs fetch copies of a training job."""
 
