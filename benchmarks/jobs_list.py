@@ -4,8 +4,9 @@ the manifests alone.
 Writes N ended job folders (manifest, final state, a metrics file of about 10 KB and the metrics summary
 the run keeps beside it) into a temporary store, and times the command in a fresh process each time (as
 a user types it): the first listing (no index yet: every folder is read and the index written), then
-listings from the index (all jobs, --limit 20, --state FAILED, --since 1h), against a bare loop that only
-opens and parses every manifest (the least any listing that reads the folders must do).
+listings from the index (all jobs, --limit 20, --state FAILED, --since 1h; median and best of --repeats),
+against a bare loop that only opens and parses every manifest (the least any listing that reads the folders
+must do).
 
     python benchmarks/jobs_list.py --jobs 10000 --jobs 100000
 """
@@ -112,6 +113,8 @@ def measure(count: int, repeats: int, scratch: Path) -> dict[str, Any]:
     for label, extra in variants.items():
         runs = [run(listing + extra, env) for _ in range(repeats)]
         result[label] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        result[label]["best_wall_s"] = min(r["wall_s"] for r in runs)  # a shared machine: the least disturbed
+        result[label]["best_cpu_s"] = min(r["cpu_s"] for r in runs)
     result["python_startup_s"] = statistics.median(
         run([sys.executable, "-c", "import hpcdl.jobs"], env)["wall_s"] for _ in range(repeats))
     result["bare_manifest_read_s"] = statistics.median(bare_read(root) for _ in range(repeats))
@@ -123,19 +126,20 @@ def measure(count: int, repeats: int, scratch: Path) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, action="append", help="store sizes (default 10000 and 100000)")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--scratch", default="/var/tmp", help="where the store is made (not a tmpfs /tmp)")
     parser.add_argument("--out", default="benchmarks/results/jobs_list.json")
     options = parser.parse_args()
     results = []
-    with tempfile.TemporaryDirectory(prefix="hpcdl-store-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="hpcdl-store-", dir=options.scratch) as scratch:
         for count in options.jobs or [10000, 100000]:
             result = measure(count, options.repeats, Path(scratch))
             results.append(result)
             print(f"{count} jobs (metrics {result['metrics_file_bytes'] / 1024:.1f} KB each): "
                   f"first listing {result['first_listing_builds_index']['wall_s']:.2f} s; from the index: "
-                  + ", ".join(f"{label} {result[label]['wall_s']:.3f} s wall {result[label]['cpu_s']:.3f} s CPU "
-                              f"{result[label]['peak_mb']:.0f} MB" for label in ("all", "limit_20", "state_failed",
-                                                                                "since_1h"))
+                  + ", ".join(f"{label} {result[label]['wall_s']:.3f} s wall (best {result[label]['best_wall_s']:.3f})"
+                              f" {result[label]['cpu_s']:.3f} s CPU {result[label]['peak_mb']:.0f} MB"
+                              for label in ("all", "limit_20", "state_failed", "since_1h"))
                   + f"; python start-up {result['python_startup_s']:.3f} s, bare manifest reads "
                     f"{result['bare_manifest_read_s']:.2f} s", flush=True)
     write_result(options.out, {"benchmark": "jobs_list", "host_cpus": os.cpu_count(), "results": results})

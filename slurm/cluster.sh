@@ -20,6 +20,9 @@ CLUSTER=${HPCDL_SLURM_CLUSTER:-hpcdl}
 NODES=(n1 n2)
 CPUS_PER_NODE=${HPCDL_SLURM_CPUS_PER_NODE:-4}
 MEMORY_PER_NODE_MB=${HPCDL_SLURM_MEMORY_MB:-4000}
+# MaxArraySize low by default, so that tests see a sweep split into several arrays (100 points still fit
+# one); HPCDL_SLURM_MAX_ARRAY_SIZE=10001 for a 10,000-point sweep in one array (benchmarks/sweep_submit.py)
+MAX_ARRAY_SIZE=${HPCDL_SLURM_MAX_ARRAY_SIZE:-101}
 CTLD_PORT=$((BASE + 17)); DBD_PORT=$((BASE + 19)); DB_PORT=$((BASE + 6)); NODE_PORT=$((BASE + 21))
 CONF=$STATE/etc/slurm.conf
 MUNGE_SOCKET=$STATE/munge/munge.socket
@@ -89,8 +92,9 @@ InactiveLimit=0
 KillWait=10
 MinJobAge=120
 MessageTimeout=20
-# MaxArraySize low, so that tests see a sweep split into several arrays (100 points still fit one)
-MaxArraySize=101
+MaxArraySize=$MAX_ARRAY_SIZE
+# jobs queued or recently ended at once (an array task counts as one): a 10,000-point sweep and more
+MaxJobCount=100000
 # urgent preempts debug: Slurm sends USR2, then TERM after the preempted job's partition's GraceTime
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE

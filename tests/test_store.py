@@ -153,11 +153,22 @@ def _add_jobs(store: Path, first: int, count: int) -> None:
         _ended_job(store, n)
 
 
+def _index_files(store: Path) -> dict[Path, list]:
+    """Each file of this user's index in ``store`` (its head, its segments) with its rows."""
+    from hpcdl.store.changes import index_folder
+
+    files = {}
+    for path in index_folder(store).glob("*.jsonl"):
+        lines = path.read_text().splitlines()
+        files[path] = [json.loads(line) for line in lines[2 if path.name == "head.jsonl" else 1:]]
+    return files
+
+
 def test_thirty_concurrent_submissions_each_reach_the_index_while_listings_run(store: Path) -> None:
     from concurrent.futures import ProcessPoolExecutor
 
-    from hpcdl.store.files import INDEX_ROWS as ROWS
-    from hpcdl.store.index import ID, index_folder
+    from hpcdl.store.changes import index_folder
+    from hpcdl.store.index import ID
     from hpcdl.store.listing import scan as scan_index
 
     store.mkdir(mode=0o700)
@@ -169,36 +180,82 @@ def test_thirty_concurrent_submissions_each_reach_the_index_while_listings_run(s
         for future in submissions + listings:
             future.result()
     assert len(_list()) == 31
-    rows = [json.loads(line) for line in (index_folder(store) / ROWS).read_text().splitlines()[1:]]
+    rows = [row for rows in _index_files(store).values() for row in rows]
     assert sorted(row[ID] for row in rows) == sorted(job_folders(store))
     assert not [p for p in index_folder(store).iterdir() if p.name.endswith(".changed")]
 
 
 def test_the_index_is_never_trusted_over_the_folders(store: Path, tmp_path: Path) -> None:
-    from hpcdl.store.files import INDEX_ROWS as ROWS
-    from hpcdl.store.index import index_folder
-
     store.mkdir(mode=0o700)
     kept = _ended_job(store, 1, "FAILED")
     _ended_job(store, 2)
     assert len(_list()) == 2
-    rows = index_folder(store) / ROWS
-    header, *lines = rows.read_text().splitlines()
+
+    def segment() -> tuple[Path, str, list[str]]:  # the one segment of ended jobs' rows
+        (path,) = [path for path in _index_files(store) if path.name.startswith("ended-")]
+        header, *lines = path.read_text().splitlines()
+        return path, header, lines
+
+    rows, header, lines = segment()
     lying = json.loads(lines[0])
     lying[3:5] = "COMPLETED", ""  # a state its folder does not hold
     rows.write_text("\n".join([header, json.dumps(lying), *lines[1:]]) + "\n")
     os.utime(kept, ns=(1, 1))  # the row's recorded modification time no longer matches its folder's
     assert "FAILED" in next(line for line in _list() if kept.name in line)
+    assert "FAILED" in next(line for line in _list() if kept.name in line)  # its row written again
+    rows, header, lines = segment()
     planted = json.loads(lines[0])
     planted[0] = "../../escaped"  # a path for an id
     rows.write_text("\n".join([header, json.dumps(planted), '{"id": 1}', *lines[1:]]) + "\n")
     assert [line.split()[:4:3] for line in _list()] == [[kept.name, "FAILED"], ["261203-000002-beef", "COMPLETED"]]
+    rows, header, lines = segment()
     rows.write_text(header + "\nnot json\n")
     assert len(_list()) == 2
     assert not (tmp_path / "escaped").exists()
     shutil.rmtree(kept)  # removed behind the index's back
     (store / "261203-000009-beef").mkdir()  # a folder that is no job (no manifest)
     assert [line.split()[0] for line in _list()] == ["261203-000002-beef"]
+
+
+def test_the_store_folder_is_listed_again_once_it_changed_behind_the_index(store: Path) -> None:
+    from hpcdl.store import segments
+
+    store.mkdir(mode=0o700)
+    kept = _ended_job(store, 1)
+    gone = _ended_job(store, 2)
+    time.sleep(segments.STAMP_MARGIN_NS / 1e9 + 0.1)
+    assert len(_list()) == 2
+    head = segments.index_folder(store) / "head.jsonl"
+    assert json.loads(head.read_text().splitlines()[0])["stamp"] is not None  # the next listing lists no folder
+    added = store / "261203-000003-beef"
+    shutil.copytree(kept, added)  # copied, not written by hpcdl: no mark
+    manifest = json.loads((added / "manifest.json").read_text())
+    (added / "manifest.json").write_text(json.dumps({**manifest, "id": added.name, "name": "copied"}))
+    shutil.rmtree(gone)
+    assert [line.split()[:2] for line in _list()] == [[kept.name, "net1"], [added.name, "copied"]]
+
+
+def test_a_listing_of_the_newest_reads_the_newest_segments_alone(store: Path, monkeypatch) -> None:
+    from hpcdl.lifecycle.listing import select
+    from hpcdl.store import segments
+
+    store.mkdir(mode=0o700)
+    now = time.time()
+    for n in range(12):
+        _ended_job(store, n, "FAILED" if n == 1 else "COMPLETED", submitted_at=now - 1000 + n)
+    monkeypatch.setattr(segments, "SEGMENT", 3)
+    every = [r.id for r in select([store]).records]  # writes the index: four segments of three rows
+    assert len(every) == 12 and len([p for p in _index_files(store) if p.name.startswith("ended-")]) == 4
+    read = []
+    monkeypatch.setattr(segments.StoreIndex, "segment_rows",
+                        lambda self, segment, skipped=None: read.append(segment) or segments._segment_rows(
+                            self.root, segment, self.stale, skipped)[0])
+    assert [r.id for r in select([store], limit=2).records] == every[-2:] and len(read) == 1
+    read.clear()
+    assert [r.id for r in select([store], limit=4).records] == every[-4:] and len(read) == 2
+    read.clear()
+    assert [r.id for r in select([store], since=now - 1000 + 6.5).records] == every[7:] and len(read) == 2
+    assert [r.id for r in select([store], state="FAILED", limit=1).records] == [every[1]]
 
 
 def test_list_filters_by_state_since_name_and_limit(store: Path) -> None:

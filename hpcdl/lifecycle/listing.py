@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from hpcdl.errors import HpcdlError
-from hpcdl.lifecycle.states import resolve_states
+from hpcdl.lifecycle.states import resolve_states, resolve_sweep
 from hpcdl.store.changes import note_change
 from hpcdl.store.folders import DAMAGED, FINAL_STATES, JobRecord
 from hpcdl.store.index import ID, KIND, NAME, STATE, SUBMITTED, SWEEP, UID, Row, confirmed, is_open
-from hpcdl.store.listing import foreign_record, row_record, stored_rows, user_name
+from hpcdl.store.listing import foreign_record, newest_first, open_indexes, row_record, user_name
 from hpcdl.store.sweeps import point_ids, sweep_id_of
 
 
@@ -38,36 +38,67 @@ def select(roots: Optional[Iterable[Path]] = None, *, state: Optional[str] = Non
            limit: int = 0, with_points: bool = False) -> Selection:
     """The jobs a listing shows: this user's (or those of ``users``, or ``everyone``'s), submitted since
     ``since``, whose name matches ``name`` (substring or glob) and whose state is ``state``; the newest
-    ``limit``. A sweep's points are shown with it only when ``with_points``; its counts are of all of them."""
+    ``limit``. A sweep's points are shown with it only when ``with_points``; its counts are of all of them.
+
+    Rows are taken newest first and only until ``limit`` are shown (hpcdl.store.listing.newest_first)."""
     selection, me = Selection(), os.getuid()
     users = {me} if users is None else users
-    rows = [(root, row) for root, row in stored_rows(roots, selection.skipped)
-            if (everyone or row[UID] in users) and (since is None or row[SUBMITTED] >= since)
-            and (not name or fnmatch.fnmatch(row[NAME], name) or name in row[NAME])]
-    mine = {row[ID]: (root, row) for root, row in rows if row[UID] == me}
-    sweeps = {i for i, (_, row) in mine.items() if row[KIND] == "sweep"}
-    in_sweep = {i for i, (_, row) in mine.items() if row[SWEEP] is not None and row[SWEEP].get("id") in sweeps}
-    # asked afresh: the jobs not ended, the sweeps and their points (a sweep's state is its points')
-    records = {i: row_record(*mine[i]) for i in mine if is_open(mine[i][1]) or i in sweeps or i in in_sweep}
-    known = {i: r for i, r in records.items() if r is not None}
-    resolve_states(list(known.values()))
-    for i, record in known.items():
-        mine[i][1][STATE] = record.state
-    if state:
-        rows = [(root, row) for root, row in rows if row[STATE] == state.upper()]
-    if not with_points:
-        rows = [(root, row) for root, row in rows if row[ID] not in in_sweep]
-    for root, row in rows[-limit:] if limit else rows:
-        record = _shown(root, row, known, selection)
-        if record is None:
-            continue
+
+    def wanted(row: Row) -> bool:
+        return ((everyone or row[UID] in users) and (since is None or row[SUBMITTED] >= since)
+                and (not name or fnmatch.fnmatch(row[NAME], name) or name in row[NAME]))
+
+    indexes = open_indexes(roots, selection.skipped)
+    try:
+        at_hand = [(index.root, row) for index in indexes for row in index.rows if row[UID] == me and wanted(row)]
+        sweeps = {row[ID] for _, row in at_hand if row[KIND] == "sweep"}
+        # asked afresh: the jobs not ended, all at once; a sweep once it comes (its state is its points')
+        known = {row[ID]: row_record(root, row) for root, row in at_hand if is_open(row)}
+        known = {i: r for i, r in known.items() if r is not None}
+        resolve_states(list(known.values()))
+        for _, row in at_hand:
+            if row[ID] in known:
+                row[STATE] = known[row[ID]].state
+        picked: list[tuple[Row, JobRecord]] = []
+        for root, row in newest_first(indexes, selection.skipped, since):
+            if limit and len(picked) == limit:
+                break
+            if not wanted(row):
+                continue
+            point = row[UID] == me and row[SWEEP] is not None and row[SWEEP].get("id") in sweeps
+            if (point or row[ID] in sweeps) and not _asked(root, row, known) or point and not with_points:
+                continue  # no job now, or a point of a sweep listed (newer than its sweep: known before it)
+            if state and row[STATE] != state.upper():
+                continue
+            shown = _shown(root, row, known, selection)
+            if shown is not None and not (state and shown.state != state.upper()):
+                picked.append((row, shown))
+    finally:
+        for index in indexes:
+            index.close()
+    for row, record in reversed(picked):
         selection.records.append(record)
-        if everyone or users != {os.getuid()}:
+        if everyone or users != {me}:
             selection.owners[record.id] = user_name(row[UID])
         if record.id in sweeps and record.state != DAMAGED:
             with contextlib.suppress(ValueError, HpcdlError):
                 selection.points[record.id] = [known[p] for p in point_ids(record) if p in known]
     return selection
+
+
+def _asked(root: Path, row: Row, known: dict[str, JobRecord]) -> bool:
+    """Put the record of a sweep or of one of its points into ``known`` (a sweep's state settled from its points
+    known so far; those not known are read from the store), ``row``'s state set from it; False when its
+    folder is no job now."""
+    if row[ID] not in known:
+        record = row_record(root, row)
+        if record is None:
+            return False
+        known[row[ID]] = record
+        if row[KIND] == "sweep" and record.state != DAMAGED:
+            resolve_sweep(record, known)
+    row[STATE] = known[row[ID]].state
+    return True
 
 
 def _shown(root: Path, row: Row, known: dict[str, JobRecord], selection: Selection) -> Optional[JobRecord]:

@@ -1,35 +1,28 @@
-"""The store's index: one line per job, so that a listing reads one file rather than every job's folder.
+"""The store's index: one row per job, so that a listing reads a few files rather than every job's folder.
 
 Each user keeps their own in each store, ``.hpcdl-index-UID/`` (owner-only) beside the job folders: the
-rows in ``rows.jsonl`` and an empty ``ID.changed`` mark per job whose state changed since they were
-written. Every write of a job's state (manifest, status, final state and its withdrawal) marks its job;
-a mark is one file created for that job alone, so concurrent writers lose none. A listing takes the
-index's lock, removes the marks it finds, reads those jobs' folders again (and every folder the rows do
-not hold, and every job that has not ended), drops the rows of folders that are gone and rewrites
-rows.jsonl atomically. Rows are never trusted over the folders: each is plain JSON checked field by field
-(one that fails is read again from its folder), and a row is shown only while its folder's modification
-time is the one it recorded (otherwise the folder is read again). Folders of other users are recorded by
-owner alone: their content is read, as JSON and never unpickled, only for ``jobs list --all``.
+rows (in the files of hpcdl.store.segments) and an empty ``ID.changed`` mark per job whose state changed
+since they were written. Every write of a job's state (manifest, status, final state and its withdrawal)
+marks its job; a mark is one file created for that job alone, so concurrent writers lose none. Rows are
+never trusted over the folders: each is plain JSON checked field by field (one that fails is read again
+from its folder), and a row is shown only while its folder's modification time is the one it recorded
+(otherwise the folder is read again). Folders of other users are recorded by owner alone: their content is
+read, as JSON and never unpickled, only for ``jobs list --all``.
+
+This module makes and checks rows; hpcdl.store.segments keeps them on disk.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
 import os
 import stat
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
-from hpcdl.store.atomic import atomic_write_text
-from hpcdl.store.changes import MARK, index_folder, note_change, open_index
-from hpcdl.store.files import INDEX_ROWS
 from hpcdl.store.folders import DAMAGED, FINAL_STATES, JobRecord, load_record
+from hpcdl.store.changes import note_change
 from hpcdl.store.safety import JOB_KEY, UnsafeFolderError, unsafe_reason
 
-LOCK = "lock"
-VERSION = 1
 _FIELDS = ("id", "mtime_ns", "uid", "state", "reason", "submitted_at", "name", "kind", "profile", "backend",
            "backend_id", "started_at", "ended_at", "fraction", "best_validation_accuracy", "sweep", "points")
 (ID, MTIME, UID, STATE, REASON, SUBMITTED, NAME, KIND, PROFILE, BACKEND, BACKEND_ID, STARTED, ENDED, FRACTION,
@@ -129,98 +122,9 @@ def read_row(root: Path, name: str, skipped: Optional[list[str]]) -> Optional[Ro
     return None if record is None else row_of(record, info.st_mtime_ns)
 
 
-@contextlib.contextmanager
-def _locked(fd: Optional[int]) -> Iterator[bool]:
-    """The index's lock held (True), or False where it cannot be taken (a store this user may only read)."""
-    if fd is None:
-        yield False
-        return
-    try:
-        lock = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
-    except OSError:
-        yield False
-        return
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield True
-    finally:
-        os.close(lock)
-
-
-def _saved_rows(fd: int) -> dict[str, Row]:
-    """The rows of rows.jsonl that pass their checks (none when it is missing, of another version or not
-    this user's alone)."""
-    try:
-        file = os.open(INDEX_ROWS, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-    except FileNotFoundError:
-        return {}
-    with os.fdopen(file, "rb") as f:
-        if unsafe_reason(os.fstat(f.fileno()), stat.S_IFREG):
-            return {}
-        header, _, body = f.read().partition(b"\n")
-    try:
-        if json.loads(header) != {"version": VERSION, "uid": os.getuid()}:
-            return {}
-        rows = json.loads(b"[" + body.rstrip(b"\n").replace(b"\n", b",") + b"]")
-    except ValueError:  # a damaged file: every folder is read again
-        return {}
-    return {row[ID]: row for row in rows if valid_row(row)}
-
-
-def _write_rows(root: Path, rows: list[Row]) -> None:
-    lines = [json.dumps({"version": VERSION, "uid": os.getuid()})]
-    lines += [json.dumps(row, separators=(",", ":")) for row in rows]
-    atomic_write_text(index_folder(root) / INDEX_ROWS, "\n".join(lines) + "\n")
-
-
-def _sort_key(row: Row) -> float:
-    return 0 if row[STATE] == DAMAGED else row[SUBMITTED]
-
-
-def indexed_rows(root: Path, skipped: Optional[list[str]] = None) -> list[Row]:
-    """Every job folder's row in ``root``, oldest first, brought up to date with the folders (see the module).
-
-    A folder of this user's that is not theirs alone is left out and noted in ``skipped`` (path: why).
-    """
-    names = {entry.name for entry in os.scandir(root)
-             if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False)}
-    try:
-        fd = open_index(root, create=True)
-    except OSError:  # a store this user may only read: an index there, or none
-        fd = open_index(root, create=False)
-    except UnsafeFolderError as e:
-        if skipped is not None:
-            skipped.append(f"{index_folder(root)}: {e}; every folder is read instead")
-        fd = None
-    try:
-        with _locked(fd) as writable:
-            rows = _saved_rows(fd) if fd is not None else {}
-            marks = [entry.name for entry in os.scandir(fd) if entry.name.endswith(MARK)] if fd is not None else []
-            again = (names - rows.keys()) | {name for name, row in rows.items() if is_open(row)}
-            for mark in marks:
-                if writable:  # removed before its folder is read: a change made meanwhile marks it anew
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(mark, dir_fd=fd)
-                again.add(mark[:-len(MARK)])
-            changed = bool(marks) or not rows.keys() <= names
-            for name in again & names:
-                row = read_row(root, name, skipped)
-                if row is None:  # no job (yet), or a folder that is not this user's alone: noted each time
-                    changed = rows.pop(name, None) is not None or changed
-                elif row != rows.get(name):  # a running job's progress alone is not worth rewriting the rows
-                    before, rows[name] = rows.get(name), row
-                    changed = changed or before is None or before[STATE] != row[STATE] or not is_open(row)
-            fresh = list(rows.values()) if rows.keys() <= names else [
-                row for name, row in rows.items() if name in names]
-            if changed:  # as saved, the rows are in order
-                fresh.sort(key=_sort_key)
-            if changed and writable:
-                with contextlib.suppress(OSError):
-                    _write_rows(root, fresh)
-    finally:
-        if fd is not None:
-            os.close(fd)
-    return fresh
+def row_key(row: Row) -> tuple[float, str]:
+    """Where a row stands in a listing, oldest first: its submission time (DAMAGED first), then its id."""
+    return (0 if row[STATE] == DAMAGED else row[SUBMITTED], row[ID])
 
 
 def confirmed(root: Path, row: Row, skipped: Optional[list[str]] = None) -> Optional[Row]:

@@ -1,9 +1,10 @@
 """The stores' index rows as records, read without asking any scheduler (hpcdl.lifecycle.listing filters them
 and asks the scheduler of the jobs not ended: `jobs list`, `jobs clean`).
 
-Rows are filtered before records are made of them, so a listing of a few jobs out of 100,000 costs one
-read of each store's index; other users' jobs (``--all``, ``--user``) are read from their folders as JSON
-alone, never unpickled, and their state is what their owner last recorded (they are never settled here).
+Rows come newest first, and records are made only of those a listing shows, so a listing of the newest few
+jobs out of 100,000 reads each store's index head and its newest segment; other users' jobs (``--all``,
+``--user``) are read from their folders as JSON alone, never unpickled, and their state is what their owner
+last recorded (they are never settled here).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import stat
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 from hpcdl.errors import HpcdlError
 from hpcdl.store.files import FINAL, MANIFEST, STATUS
-from hpcdl.store.folders import DAMAGED, JobRecord, known_roots, load_record
-from hpcdl.store.index import ID, KIND, STATE, SUBMITTED, UID, Row, indexed_rows, is_open, record_of
+from hpcdl.store.folders import JobRecord, known_roots, load_record
+from hpcdl.store.index import ID, KIND, UID, Row, is_open, record_of, row_key
 from hpcdl.store.safety import check_store, unsafe_reason
+from hpcdl.store.segments import StoreIndex, load_index
 from hpcdl.store.states import PRIVATE, UNKNOWN
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
@@ -69,22 +71,49 @@ def user_name(uid: int) -> str:
         return str(uid)
 
 
-def stored_rows(roots: Optional[Iterable[Path]], skipped: list[str]) -> list[tuple[Path, Row]]:
-    """(store, row) of every folder in the stores, oldest first; another user's folder in a store that is not
-    shared is noted in ``skipped`` and left out."""
-    found, me = [], os.getuid()
-    roots = list(roots) if roots is not None else known_roots()
-    for root in roots:
-        shared = check_store(root)
-        for row in indexed_rows(root, skipped):
-            if row[UID] == me or shared:
-                found.append((root, row))
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                skipped.append(f"{root / row[ID]}: {unsafe_reason(os.lstat(root / row[ID]), stat.S_IFDIR)}")
-    if len(roots) == 1:  # each store's rows are in order already
-        return found
-    return sorted(found, key=lambda pair: 0 if pair[1][STATE] == DAMAGED else pair[1][SUBMITTED])
+def open_indexes(roots: Optional[Iterable[Path]], skipped: list[str]) -> list[StoreIndex]:
+    """The stores' indexes, each brought up to date with its folders (close them once read); another user's
+    folder in a store that is not shared is noted in ``skipped`` (newest_first leaves it out)."""
+    indexes: list[StoreIndex] = []
+    try:
+        for root in list(roots) if roots is not None else known_roots():
+            index = load_index(root, check_store(root), skipped)
+            indexes.append(index)
+            for row in index.rows if not index.shared else ():
+                if row[UID] != os.getuid():
+                    with contextlib.suppress(FileNotFoundError):
+                        skipped.append(f"{root / row[ID]}: {unsafe_reason(os.lstat(root / row[ID]), stat.S_IFDIR)}")
+    except BaseException:
+        for index in indexes:
+            index.close()
+        raise
+    return indexes
+
+
+def newest_first(indexes: list[StoreIndex], skipped: list[str], floor: Optional[float] = None
+                 ) -> Iterator[tuple[Path, Row]]:
+    """(store, row) of every job of the stores, newest first (row_key); a segment is read only once its rows
+    come next, none whose rows were all submitted before ``floor`` (its rows would be filtered out)."""
+    me = os.getuid()
+    order = lambda entry: (entry[0], entry[1])  # noqa: E731
+    pending = sorted(((row_key(row), n, row) for n, index in enumerate(indexes) for row in index.rows), key=order)
+    segments = sorted(((s.high, n, s) for n, index in enumerate(indexes) for s in index.segments), key=order)
+    seen: list[set[str]] = [set() for _ in indexes]
+    while True:
+        while segments and (not pending or segments[-1][0] >= pending[-1][0][0]):
+            high, n, segment = segments.pop()
+            if floor is not None and high < floor:
+                segments.clear()
+                break
+            pending += [(row_key(row), n, row) for row in indexes[n].segment_rows(segment, skipped)]
+            pending.sort(key=order)
+        if not pending:
+            return
+        _, n, row = pending.pop()
+        if row[ID] in seen[n] or row[UID] != me and not indexes[n].shared:
+            continue
+        seen[n].add(row[ID])
+        yield indexes[n].root, row
 
 
 def row_record(root: Path, row: Row) -> Optional[JobRecord]:
@@ -96,9 +125,15 @@ def row_record(root: Path, row: Row) -> Optional[JobRecord]:
 def scan(roots: Optional[Iterable[Path]] = None, skipped: Optional[list[str]] = None) -> list[JobRecord]:
     """Every job of this user's in the stores, oldest first, without asking any scheduler (folders.scan)."""
     notes: list[str] = []
-    records = [row_record(root, row) for root, row in stored_rows(roots, notes) if row[UID] == os.getuid()]
+    indexes = open_indexes(roots, notes)
+    try:
+        rows = [(root, row) for root, row in newest_first(indexes, notes) if row[UID] == os.getuid()]
+    finally:
+        for index in indexes:
+            index.close()
     if skipped is not None:
         skipped += notes
+    records = [row_record(root, row) for root, row in reversed(rows)]
     return [r for r in records if r is not None]
 
 
