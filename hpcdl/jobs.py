@@ -421,6 +421,7 @@ def _sweep_table(job: Any) -> None:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     from hpcdl.lifecycle.job import Job
+    from hpcdl.store.sweeps import SWEEP
 
     job = Job.attach(args.id)
     if args.point is not None:
@@ -428,7 +429,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if job.cancel():
         print(f"removed {job.id}: its submission had been interrupted, none of its points ran")
         return 0
-    print(f"cancelled {job.id}; state now {job.wait(timeout=args.timeout)}")
+    # a sweep's points are all final once cancel returns, and it settled their states: nothing to read again
+    state = job.last_seen_state if job.manifest.get("kind") == SWEEP else job.wait(timeout=args.timeout)
+    print(f"cancelled {job.id}; state now {state}")
     return 0
 
 

@@ -21,7 +21,7 @@ from hpcdl.store.states import CANCELLED, COMPLETED, INTERRUPTED
 from hpcdl.store.status import withdraw_final, write_final
 from hpcdl.store.atomic import create_once, sync_filesystem
 from hpcdl.store.files import CANCELLED_MARK
-from hpcdl.store.sweeps import is_sweep, remove_interrupted
+from hpcdl.store.sweeps import is_sweep, remove_interrupted, settle
 
 POLL_S = 1.0
 
@@ -70,6 +70,11 @@ class Job:
     def state(self) -> str:
         """SUBMITTING, PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, DAMAGED, ... (asked afresh)."""
         return self.refresh().state
+
+    @property
+    def last_seen_state(self) -> str:
+        """The state as this handle last read or set it (nothing read now)."""
+        return self._record.state
 
     def done(self) -> bool:
         """True once the job has reached a final state."""
@@ -163,6 +168,9 @@ class Job:
             for point in marked:
                 withdraw_final(point.folder)
             raise
+        for point in marked:  # what was just written, not read again: a sweep may have 10,000 points
+            point.state, point.reason = CANCELLED, f"sweep {record.id} cancelled with hpcdl"
+        settle(record, points)
         return False
 
     def result(self, timeout: Optional[float] = None) -> Any:
