@@ -27,7 +27,7 @@ from hpcdl.cluster import WORKER, Backend, backend_for
 from hpcdl.distributed.restarts import (how_run_ended, is_earlier_runs_failure, record_failure, record_final,
                                    recorded_final, requeued_since_start, this_job, this_run,
                                    withdraw_earlier_failure)
-from hpcdl.distributed import heartbeat
+from hpcdl.distributed import heartbeat, pace
 from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank, node_name
 from hpcdl.errors import FolderGoneError
 from hpcdl.host import become_subreaper, end_own_job
@@ -215,10 +215,12 @@ def run_job(folder: str) -> None:
     if plan.world_size > 1 and plan.cluster.heartbeat_timeout_s:
         heartbeat.start(path, global_rank(), plan.world_size, plan.lead_rank, plan.cluster.heartbeat_timeout_s,
                         plan.cluster.heartbeat_startup_s)
+    pace.start(path, global_rank(), heartbeat.run_token(), plan.cluster.straggler_window_s)
     try:
         _run_payload(path, plan, manifest)
     except StopRequested as stop:
         heartbeat.finish()
+        pace.finish()
         _after_stop(path, plan, backend, stop, manifest["id"])
         return
     except BaseException as e:
@@ -227,6 +229,7 @@ def run_job(folder: str) -> None:
                            rank=global_rank(), rank_host=node_name(), traceback=_own_traceback(plan, e))
         raise
     heartbeat.finish()
+    pace.finish()
     if _all_ranks_done(path, plan):
         record_final(path, COMPLETED)
 

@@ -108,6 +108,12 @@ class ClusterConfig:
     node lost) fails the job, named in jobs show; 0: no heartbeats, else >= 5."""
     heartbeat_startup_s: int = 900
     """The same before a rank's first step (imports, compiling, the first collective), >= heartbeat_timeout_s."""
+    straggler_margin: float = 0.2
+    """jobs show/watch flag a rank whose own time per step (less the wait for its peers) exceeds the median
+    rank's by more than this fraction for a whole straggler_window_s, > 0."""
+    straggler_window_s: int = 300
+    """How long a rank must stay slower than straggler_margin to be flagged; each rank samples its pace ten times
+    per window (every 1 to 30 s), >= 5."""
     mpirun: List[str] = field(default_factory=lambda: ["mpirun"])
     """How training.comm=mpi jobs start their ranks inside the allocation (Open MPI's mpirun reads Slurm's)."""
 
@@ -130,6 +136,8 @@ class ClusterConfig:
                 "0 (off) or >= 5")
         require(self, "heartbeat_startup_s", self.heartbeat_startup_s >= self.heartbeat_timeout_s,
                 f">= heartbeat_timeout_s ({self.heartbeat_timeout_s})")
+        require(self, "straggler_margin", self.straggler_margin > 0, "> 0")
+        require(self, "straggler_window_s", self.straggler_window_s >= 5, ">= 5")
         require(self, "mpirun", len(self.mpirun) > 0, "a command, e.g. [mpirun, --bind-to, none]")
         check_variable_names(self.env, "cluster.env")
         check_variable_names(self.export, "cluster.export")

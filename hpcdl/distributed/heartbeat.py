@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from hpcdl.distributed import pace
 from hpcdl.distributed.restarts import record_failure
 from hpcdl.distributed.env import node_name
 from hpcdl.errors import FolderGoneError, HpcdlError
@@ -45,8 +46,10 @@ _ticker: Optional["_Ticker"] = None
 
 
 def stepped() -> None:
-    """Note that this rank has trained (or reported) a step: from now on the short timeout applies to it."""
+    """Note that this rank has trained (or reported) a step: from now on the short timeout applies to it; the
+    step counts toward the rank's pace."""
     _stepped.set()
+    pace.step()
 
 
 def follow(pid: int) -> None:

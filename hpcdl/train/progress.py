@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional, Sequence, TextIO
 
 import torch
 
+from hpcdl.distributed import pace
 from hpcdl.store.atomic import atomic_open, make_folder
 from hpcdl.store.files import METRICS, PLOT, REPORT_FIELDS
 from hpcdl.store.metrics import MetricsLog
@@ -175,6 +176,7 @@ class Progress:
             loss, hits = p.values.tolist()
             waited = p.wait.seconds() if p.wait is not None else 0.0
             self.info.data_wait_s += waited
+            pace.waited(waited)
             record = {"kind": "iteration", "epoch": p.epoch, "iteration": p.iteration, "total": self.total,
                       "time_s": round(p.time_s, 4),
                       "loss": loss, "accuracy": hits / p.count if p.has_accuracy else None,
@@ -213,6 +215,7 @@ class Progress:
         if not self.plots or not self.folder or not self.info.history:
             return
         write_progress_plot(self.folder / PLOT, self.info)
+        pace.aside(time.perf_counter() - self.last_plot)  # the lead's alone: no sign of a slow rank
 
     def finish(self, reason: str) -> None:
         """Flush everything, print the last iteration's row (with its validation) unless it was printed, note why
