@@ -219,8 +219,9 @@ def _show(job: "Job") -> int:
         print(f"resumed   {_when(resume['at'])} after {resume['after']} (was {resume['backend_id']}), "
               f"time {resume['time']}")
     from hpcdl.lifecycle.pace_report import pace_lines
+    from hpcdl.lifecycle.preflight_report import preflight_lines
 
-    print("\n".join(pace_lines(record)) or "pace      none recorded")
+    print("\n".join(preflight_lines(record) + (pace_lines(record) or ["pace      none recorded"])))
     _show_outcome(job, record)
     return 0
 

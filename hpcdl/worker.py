@@ -212,6 +212,7 @@ def run_job(folder: str) -> None:
         listen_for_script_stop(path)
     else:
         listen_for_stop()
+    _preflight(path, plan, backend)
     if plan.world_size > 1 and plan.cluster.heartbeat_timeout_s:
         heartbeat.start(path, global_rank(), plan.world_size, plan.lead_rank, plan.cluster.heartbeat_timeout_s,
                         plan.cluster.heartbeat_startup_s)
@@ -232,6 +233,40 @@ def run_job(folder: str) -> None:
     pace.finish()
     if _all_ranks_done(path, plan):
         record_final(path, COMPLETED)
+
+
+PREFLIGHT_REQUEUE_WAIT_S = 300.0
+"""How long a node that failed its preflight waits for Slurm to end the run it queued again."""
+
+
+def _preflight(folder: Path, plan: JobPlan, backend: Backend) -> None:
+    """One rank per node checks the node before the ranks meet (cluster.preflight); a failing node is excluded
+    and the job queued again on its first run, else the job fails naming the node and its failed checks."""
+    from hpcdl.distributed.env import local_env
+    from hpcdl.distributed import preflight
+
+    cluster = plan.cluster
+    if local_env().local_rank != 0 or not preflight.wanted(cluster.preflight, cluster.nodes, cluster.gpus_per_node,
+                                                            plan.device):
+        return
+    started, node = time.monotonic(), node_name()
+    data_root = plan.config.data.root if plan.config is not None else None
+    checks = preflight.run_checks(folder.parent, data_root, cluster.gpus_per_node)
+    if not any(check.failed for check in checks):
+        preflight.write_result(folder, node, checks, time.monotonic() - started)
+        return
+    reason = preflight.failure_words(node, checks)
+    job = this_job()
+    refused = backend.requeue_excluding(job, node) if job and this_run() == 0 else "not queued again"
+    preflight.write_result(folder, node, checks, time.monotonic() - started, excluded=refused is None,
+                           restarts=this_run(), slurm_job=job)
+    if refused is None:
+        print(f"[hpcdl] {reason}; the job is queued again without {node}", file=sys.stderr, flush=True)
+        time.sleep(PREFLIGHT_REQUEUE_WAIT_S)  # Slurm ends this run meanwhile
+    with contextlib.suppress(FolderGoneError):
+        record_failure(folder, reason, rank=global_rank(), rank_host=node)
+    print(f"[hpcdl] {reason}", file=sys.stderr, flush=True)
+    sys.exit(1)
 
 
 def _own_traceback(plan: JobPlan, error: BaseException) -> str:

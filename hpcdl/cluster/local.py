@@ -154,3 +154,7 @@ class LocalBackend:
     def requeue(self, job: str) -> Optional[str]:
         """Never: a local job has no scheduler to queue it again (its worker is given no job id)."""
         return "a local job is not queued again"
+
+    def requeue_excluding(self, job: str, node: str) -> Optional[str]:
+        """Never: a local job has this machine alone."""
+        return f"a local job cannot move off {node}"

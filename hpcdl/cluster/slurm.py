@@ -11,6 +11,7 @@ import contextlib
 import getpass
 import importlib
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -429,3 +430,16 @@ class SlurmBackend:
         raised); None once queued, else what scontrol said."""
         done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
         return None if done.returncode == 0 else f"scontrol requeue failed: {done.stderr.strip()}"
+
+    def requeue_excluding(self, job: str, node: str) -> Optional[str]:
+        """scontrol requeue, then the queued job's excluded nodes raised by ``node`` (Slurm takes ExcNodeList
+        from a pending job only)."""
+        refused = self.requeue(job)
+        if refused is not None:
+            return refused
+        found = re.search(r"\bExcNodeList=(\S+)", subprocess.run(["scontrol", "show", "job", job],
+                                                                  capture_output=True, text=True).stdout)
+        excluded = ",".join(filter(None, [found.group(1) if found and found.group(1) != "(null)" else "", node]))
+        done = subprocess.run(["scontrol", "update", f"JobId={job}", f"ExcNodeList={excluded}"],
+                              capture_output=True, text=True)
+        return None if done.returncode == 0 else f"scontrol update ExcNodeList failed: {done.stderr.strip()}"

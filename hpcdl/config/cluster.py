@@ -14,6 +14,7 @@ from hpcdl.errors import ConfigError
 from hpcdl.config.fields import check_types, options, require, require_choice
 
 BACKENDS = ("local", "slurm")
+PREFLIGHT_SETTINGS = ("auto", "on", "off")
 DEFAULT_EXPORT = ["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV",
                   "CONDA_PREFIX", "SLURM_CONF", "HPCDL_STORE", "XDG_CACHE_HOME", "OMPI_ALLOW_RUN_AS_ROOT",
                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]
@@ -108,6 +109,10 @@ class ClusterConfig:
     node lost) fails the job, named in jobs show; 0: no heartbeats, else >= 5."""
     heartbeat_startup_s: int = 900
     """The same before a rank's first step (imports, compiling, the first collective), >= heartbeat_timeout_s."""
+    preflight: str = "auto"
+    """Each node checks itself before the ranks meet (GPUs, NVML health, a bf16 GEMM, HBM, store, data root,
+    scratch): on, off, or auto (on for several nodes and for GPU jobs). On Slurm a failing node is excluded and the
+    job queued again once."""
     straggler_margin: float = 0.2
     """jobs show/watch flag a rank whose own time per step (less the wait for its peers) exceeds the median
     rank's by more than this fraction for a whole straggler_window_s, > 0."""
@@ -136,6 +141,7 @@ class ClusterConfig:
                 "0 (off) or >= 5")
         require(self, "heartbeat_startup_s", self.heartbeat_startup_s >= self.heartbeat_timeout_s,
                 f">= heartbeat_timeout_s ({self.heartbeat_timeout_s})")
+        require_choice(self, "preflight", PREFLIGHT_SETTINGS)
         require(self, "straggler_margin", self.straggler_margin > 0, "> 0")
         require(self, "straggler_window_s", self.straggler_window_s >= 5, ">= 5")
         require(self, "mpirun", len(self.mpirun) > 0, "a command, e.g. [mpirun, --bind-to, none]")
