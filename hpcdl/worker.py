@@ -35,6 +35,7 @@ from hpcdl.plan import JobPlan
 from hpcdl.reporting import close_metrics
 from hpcdl.snapshot import run_from_snapshot
 from hpcdl.store.atomic import atomic_save, make_folder, remove_stale_temporaries
+from hpcdl.store.badnodes import remember
 from hpcdl.store.caches import compile_cache
 from hpcdl.store.files import (CHECKPOINTS, FUNCTION_RESULT, LOGS, MANIFEST, METRICS,
                                RANK_RESULTS, RANKS_DONE, STATUS, checkpoint_files, rank_log, rank_result)
@@ -256,6 +257,8 @@ def _preflight(folder: Path, plan: JobPlan, backend: Backend) -> None:
         preflight.write_result(folder, node, checks, time.monotonic() - started)
         return
     reason = preflight.failure_words(node, checks)
+    with contextlib.suppress(OSError, ValueError):
+        remember(folder.parent, node, reason, cluster.preflight_hold_s)
     job = this_job()
     refused = backend.requeue_excluding(job, node) if job and this_run() == 0 else "not queued again"
     preflight.write_result(folder, node, checks, time.monotonic() - started, excluded=refused is None,

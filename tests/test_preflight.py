@@ -8,7 +8,14 @@ import sys
 import time
 from pathlib import Path
 
+import json
+import os
+
+import pytest
+
 from hpcdl.distributed import preflight
+from hpcdl.store import badnodes
+from hpcdl.store.files import BAD_NODES
 from hpcdl.gpus import gpu_count
 
 
@@ -51,3 +58,19 @@ def test_a_job_whose_data_root_is_missing_fails_in_preflight_naming_the_node(sto
     assert f"node {node} failed preflight: data (the data root {data} is missing on this node)" in shown, shown
     assert f"preflight {node}: FAILED data" in shown and "store" in shown
     assert (store / job_id / "preflight-results" / f"{node}.preflight.json").is_file()
+
+
+def test_a_failed_node_is_remembered_for_its_hold_and_another_users_writes_are_ignored(tmp_path: Path) -> None:
+    badnodes.remember(tmp_path, "n2", "node n2 failed preflight: data", hold_s=60)
+    badnodes.remember(tmp_path, "n1", "node n1 failed preflight: gpus", hold_s=0)  # 0: not remembered
+    assert list(badnodes.remembered(tmp_path)) == ["n2"]
+    assert badnodes.remembered(tmp_path, now=time.time() + 61) == {}
+    with pytest.raises(ValueError, match="not a node name"):
+        badnodes.remember(tmp_path, "n[1-2],n3", "x", 60)
+    path = tmp_path / BAD_NODES.format(uid=os.getuid())
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    path.write_text(json.dumps({"n2": {"until": time.time() + 60}, "../x": {"until": time.time() + 60},
+                                "n3": {"until": "soon"}}))
+    assert list(badnodes.remembered(tmp_path)) == ["n2"]  # names and times checked one by one
+    path.chmod(0o666)  # writable by others: anyone could have planted it
+    assert badnodes.remembered(tmp_path) == {}

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpcdl.lifecycle.job import Job
+from hpcdl.store import badnodes
 from tests.test_slurm import _cli, slurm_cluster  # noqa: F401
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
@@ -50,6 +51,9 @@ def test_a_node_without_the_data_root_is_excluded_and_the_job_requeued_once(stor
     assert f"excluded: the job was queued again without {first['node']}" in shown, shown
     excluded = subprocess.run(["scontrol", "show", "job", job.backend_id], capture_output=True, text=True).stdout
     assert f"ExcNodeList={first['node']}" in excluded
+    assert sorted(badnodes.remembered(store)) == ["n1", "n2"]  # left out of this user's next jobs
+    refused = _cli("hpcdl.submit", "cluster=slurm", f"data.root={digits_root}", check=False)
+    assert refused.returncode != 0 and "left out: n1, n2, which failed a preflight" in refused.stderr, refused.stderr
 
 
 def test_healthy_two_node_jobs_pass_preflight_with_no_false_alarm(store: Path, digits_root: Path) -> None:

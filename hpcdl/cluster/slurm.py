@@ -24,6 +24,7 @@ from hpcdl.cluster import WORKER
 from hpcdl.config.cluster import time_limit_minutes
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.plan import JobPlan
+from hpcdl.store.badnodes import remembered
 from hpcdl.store.atomic import atomic_write_text
 from hpcdl.store.files import LOGS, stream_log
 from hpcdl.store.folders import JobRecord
@@ -320,12 +321,18 @@ class SlurmBackend:
         """sbatch the job's script (the one preview shows) through submitit; returns Slurm's job id."""
         executor = _executor_class()(sbatch_script(plan, folder), folder=folder / "slurm", python=_python(plan),
                                    max_num_timeout=0)
-        executor.update_parameters(**sbatch_parameters(plan))
+        parameters = sbatch_parameters(plan)
+        left_out = sorted(remembered(folder.parent))  # nodes that failed a preflight of this user's lately
+        if left_out:
+            parameters["additional_parameters"]["exclude"] = ",".join(left_out)
+        executor.update_parameters(**parameters)
         try:
             with _outside_any_job():
                 job = executor.submit(_run_worker, str(folder))
         except Exception as e:  # submitit raises plain exceptions carrying sbatch's message
-            raise SubmissionError(f"sbatch refused the job: {str(e).strip()}") from e
+            left = (f" (left out: {', '.join(left_out)}, which failed a preflight of your jobs lately; "
+                    "cluster.preflight_hold_s)") if left_out else ""
+            raise SubmissionError(f"sbatch refused the job: {str(e).strip()}{left}") from e
         return str(job.job_id)
 
     def submit_sweep(self, sweep: Path, points: list[tuple[JobPlan, Path]], parallelism: Optional[int],

@@ -113,6 +113,9 @@ class ClusterConfig:
     """Each node checks itself before the ranks meet (GPUs, NVML health, a bf16 GEMM, HBM, store, data root,
     scratch): on, off, or auto (on for several nodes and for GPU jobs). On Slurm a failing node is excluded and the
     job queued again once."""
+    preflight_hold_s: int = 86400
+    """How long a node that failed a preflight is left out of your later Slurm jobs (sbatch --exclude), in
+    seconds; 0: not remembered, >= 0."""
     straggler_margin: float = 0.2
     """jobs show/watch flag a rank whose own time per step (less the wait for its peers) exceeds the median
     rank's by more than this fraction for a whole straggler_window_s, > 0."""
@@ -142,6 +145,7 @@ class ClusterConfig:
         require(self, "heartbeat_startup_s", self.heartbeat_startup_s >= self.heartbeat_timeout_s,
                 f">= heartbeat_timeout_s ({self.heartbeat_timeout_s})")
         require_choice(self, "preflight", PREFLIGHT_SETTINGS)
+        require(self, "preflight_hold_s", self.preflight_hold_s >= 0, ">= 0")
         require(self, "straggler_margin", self.straggler_margin > 0, "> 0")
         require(self, "straggler_window_s", self.straggler_window_s >= 5, ">= 5")
         require(self, "mpirun", len(self.mpirun) > 0, "a command, e.g. [mpirun, --bind-to, none]")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from hpcdl.store.atomic import atomic_write_text, make_folder
+from hpcdl.store.badnodes import NODE_NAME
 from hpcdl.store.files import PREFLIGHT, PREFLIGHT_NODE
 
 SCRATCH_MIN_GIB = 1.0
@@ -30,7 +30,6 @@ GEMM_FRACTION = 0.5
 """The least share of the GPU's bf16 dense peak a large matrix product must reach."""
 BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "GH200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 """Dense bf16 peak by GPU name part (SXM figures; PCIe parts are slower and reach the fraction all the same)."""
-_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 @dataclass
@@ -202,7 +201,7 @@ def run_checks(store: Path, data_root: Optional[str], gpus_asked: int) -> list[C
 
 def write_result(folder: Path, node: str, checks: list[Check], seconds: float, **fields: Any) -> Path:
     """This node's result in the job folder; ValueError for a node name that is not a plain name."""
-    if not _NODE.match(node):
+    if not NODE_NAME.match(node):
         raise ValueError(f"node name {node!r} is not a plain name")
     path = make_folder(folder / PREFLIGHT) / PREFLIGHT_NODE.format(node=node)
     atomic_write_text(path, json.dumps({"node": node, "at": time.time(), "seconds": round(seconds, 2),
