@@ -63,3 +63,13 @@ def test_healthy_two_node_jobs_pass_preflight_with_no_false_alarm(store: Path, d
         assert job.wait(300) == "COMPLETED", job.error()
         shown = _cli("hpcdl.jobs", "show", job.id).stdout
         assert shown.count(": passed in") == 2 and "FAILED" not in shown and "STRAGGLER" not in shown, shown
+
+
+def test_the_doctor_checks_every_node_of_a_fresh_allocation_and_says_what_to_change(store: Path,
+                                                                                   digits_root: Path) -> None:
+    healthy = _cli("hpcdl.doctor", "cluster=slurm", "cluster.nodes=2", f"data.root={digits_root}")
+    assert "n1 (" in healthy.stdout and "n2 (" in healthy.stdout, healthy.stdout
+    assert "0 failed check(s) on 2 node(s)" in healthy.stdout, healthy.stdout
+    missing = _cli("hpcdl.doctor", "cluster=slurm", "cluster.nodes=2", f"data.root={digits_root}-gone", check=False)
+    assert missing.returncode == 1 and "2 failed check(s) on 2 node(s)" in missing.stdout, missing.stdout
+    assert missing.stdout.count("change: give data.root a path mounted on every node") == 2, missing.stdout

@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("worker",),  # the job side: a job folder run on the node, asking its backend (requeue, how a stop ends)
     ("lifecycle",),  # a job's life from the login node: submit, states, following, the Job handle, sweep reports
     ("sweep",),  # sweeps as Hydra runs them
-    ("submit", "jobs", "run", "devices"),  # the command lines: parse, call, print
+    ("submit", "jobs", "run", "devices", "doctor"),  # the command lines: parse, call, print
     ("hpcdl",),  # the public API (hpcdl/__init__.py)
 )
 LAYER = {unit: level for level, units in enumerate(LAYERS) for unit in units}

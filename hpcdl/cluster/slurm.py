@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 from hpcdl.cluster import WORKER
 from hpcdl.config.cluster import time_limit_minutes
@@ -112,8 +112,9 @@ def partitions(timeout_s: float = QUERY_TIMEOUT_S) -> dict[str, Partition]:
     return found
 
 
-def sbatch_parameters(plan: JobPlan) -> dict[str, Any]:
-    """submitit's SlurmExecutor parameters for ``plan``: the whole schema of the script.
+def sbatch_parameters(plan: JobPlan, exclude: Sequence[str] = ()) -> dict[str, Any]:
+    """submitit's SlurmExecutor parameters for ``plan``: the whole schema of the script; ``exclude``: nodes left
+    out (--exclude: they failed a preflight of this user's jobs lately).
 
     MPI jobs start their ranks with the profile's mpirun inside the allocation instead of srun.
     """
@@ -126,7 +127,7 @@ def sbatch_parameters(plan: JobPlan) -> dict[str, Any]:
         "ntasks_per_node": profile.tasks_per_node, "signal_delay_s": profile.signal_delay_s,
         "setup": setup, "srun_args": ["--kill-on-bad-exit=1"], "use_srun": not plan.mpi,
         "additional_parameters": {"export": ",".join([*plan.exported, *profile.secrets]) or "NONE",
-                                  **profile.sbatch_extra},
+                                  **profile.sbatch_extra, **({"exclude": ",".join(exclude)} if exclude else {})},
     }
     optional = {"partition": profile.partition, "account": profile.account, "qos": profile.qos,
                 "cpus_per_task": profile.cpus_per_task, "mem": profile.mem, "constraint": profile.constraint,
@@ -168,13 +169,14 @@ def _stop_signal_forwarded(script: str) -> str:
     ])
 
 
-def sbatch_script(plan: JobPlan, folder: Path) -> str:
-    """The exact sbatch script of a job in ``folder``: what dry_run prints and what submit hands to sbatch."""
+def sbatch_script(plan: JobPlan, folder: Path, exclude: Sequence[str] = ()) -> str:
+    """The exact sbatch script of a job in ``folder``: what dry_run prints and what submit hands to sbatch;
+    ``exclude``: nodes left out."""
     from submitit.slurm.slurm import _make_sbatch_string
 
     logs = folder / "slurm"
     command = " ".join([_python(plan), "-u -m submitit.core._submit", shlex.quote(str(logs))])
-    return _stop_signal_forwarded(_make_sbatch_string(command=command, folder=logs, **sbatch_parameters(plan)))
+    return _stop_signal_forwarded(_make_sbatch_string(command=command, folder=logs, **sbatch_parameters(plan, exclude)))
 
 
 def max_array_size() -> int:
@@ -311,7 +313,7 @@ class SlurmBackend:
 
     def preview(self, plan: JobPlan, folder: Path) -> str:
         """The sbatch script and the variables that travel with the job."""
-        lines = [sbatch_script(plan, folder).rstrip("\n"), "",
+        lines = [sbatch_script(plan, folder, sorted(remembered(folder.parent))).rstrip("\n"), "",
                  "# variables copied from the submitting shell (--export allow-list):"]
         lines += [f"#   {name}" for name in plan.exported]
         lines += [f"#   {name} (secret: passed by name, its value never written)" for name in plan.cluster.secrets]
@@ -319,13 +321,10 @@ class SlurmBackend:
 
     def submit(self, plan: JobPlan, folder: Path) -> str:
         """sbatch the job's script (the one preview shows) through submitit; returns Slurm's job id."""
-        executor = _executor_class()(sbatch_script(plan, folder), folder=folder / "slurm", python=_python(plan),
-                                   max_num_timeout=0)
-        parameters = sbatch_parameters(plan)
         left_out = sorted(remembered(folder.parent))  # nodes that failed a preflight of this user's lately
-        if left_out:
-            parameters["additional_parameters"]["exclude"] = ",".join(left_out)
-        executor.update_parameters(**parameters)
+        executor = _executor_class()(sbatch_script(plan, folder, left_out), folder=folder / "slurm",
+                                   python=_python(plan), max_num_timeout=0)
+        executor.update_parameters(**sbatch_parameters(plan, left_out))
         try:
             with _outside_any_job():
                 job = executor.submit(_run_worker, str(folder))
@@ -439,14 +438,16 @@ class SlurmBackend:
         return None if done.returncode == 0 else f"scontrol requeue failed: {done.stderr.strip()}"
 
     def requeue_excluding(self, job: str, node: str) -> Optional[str]:
-        """scontrol requeue, then the queued job's excluded nodes raised by ``node`` (Slurm takes ExcNodeList
-        from a pending job only)."""
-        refused = self.requeue(job)
-        if refused is not None:
-            return refused
-        found = re.search(r"\bExcNodeList=(\S+)", subprocess.run(["scontrol", "show", "job", job],
-                                                                  capture_output=True, text=True).stdout)
-        excluded = ",".join(filter(None, [found.group(1) if found and found.group(1) != "(null)" else "", node]))
-        done = subprocess.run(["scontrol", "update", f"JobId={job}", f"ExcNodeList={excluded}"],
-                              capture_output=True, text=True)
-        return None if done.returncode == 0 else f"scontrol update ExcNodeList failed: {done.stderr.strip()}"
+        """scontrol requeuehold, the held job's excluded nodes raised by ``node`` (Slurm changes them on a pending
+        job only), then release: the job cannot start again before it leaves ``node`` out."""
+        for command in (["requeuehold", job], None, ["release", job]):
+            if command is None:
+                shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True).stdout
+                found = re.search(r"\bExcNodeList=(\S+)", shown)
+                excluded = ",".join(filter(None, [found.group(1) if found and found.group(1) != "(null)" else "",
+                                                  node]))
+                command = ["update", f"JobId={job}", f"ExcNodeList={excluded}"]
+            done = subprocess.run(["scontrol", *command], capture_output=True, text=True)
+            if done.returncode != 0:
+                return f"scontrol {command[0]} failed: {done.stderr.strip()}"
+        return None

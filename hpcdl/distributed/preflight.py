@@ -209,6 +209,29 @@ def write_result(folder: Path, node: str, checks: list[Check], seconds: float, *
     return path
 
 
+ADVICE = {
+    "gpus": "ask for what the nodes have (cluster.gpus_per_node, cluster.partition, cluster.constraint), or drain "
+            "the node (scontrol update NodeName=NODE State=DRAIN Reason=...)",
+    "nvml": "drain the node and have its GPU checked (ECC, row remapping, throttling or PCIe link)",
+    "gemm": "drain the node: its GPU computes below its rate (clocks, power, cooling)",
+    "hbm": "drain the node: its GPU memory does not hold a pattern",
+    "store": "set cluster.store to a folder every node can write (a shared filesystem)",
+    "data": "give data.root a path mounted on every node (or a URL the nodes can read)",
+    "scratch": "free node-local scratch, or point TMPDIR at a larger local disk (cluster.env.TMPDIR)",
+}
+"""What to change where a check fails (python -m hpcdl.doctor)."""
+
+
+def node_report(store: str, data_root: Optional[str], gpus_asked: int) -> dict[str, Any]:
+    """This node's checks as python -m hpcdl.doctor gathers them from every rank: node, seconds, checks."""
+    from hpcdl.distributed.env import node_name
+
+    started = time.monotonic()
+    checks = run_checks(Path(store), data_root, gpus_asked)
+    return {"node": node_name(), "seconds": round(time.monotonic() - started, 2),
+            "checks": [asdict(c) for c in checks]}
+
+
 def failure_words(node: str, checks: list[Check]) -> str:
     """'node n2 failed preflight: data (the data root /x is missing on this node)'."""
     failed = [f"{c.name} ({c.detail})" for c in checks if c.failed]
