@@ -3,7 +3,9 @@ in one process, in interleaved blocks, so that both see the same machine.
 
 "On" is what a rank of a multi-rank job does: a clock reading per step, the two marks of the backward and
 gradient exchange (CUDA events on a GPU), the data wait noted, and the sampling thread folding them into a line
-of its pace file every second (the shortest interval). "Off" trains the same steps without any of it.
+of its pace file every second (the shortest interval). "Off" trains the same steps without any of it. The
+recording's own cost per step is also timed alone (``recording_us_per_step``): on a machine shared with other
+work the two medians differ by more than that noise-free figure.
 
     python benchmarks/pace_overhead.py [--device cuda] [--model small_cnn|resnet18] [--batch 64]
 """
@@ -47,6 +49,19 @@ def _block(step: Step, x: torch.Tensor, y: torch.Tensor, steps: int, on: bool, d
     return (time.perf_counter() - start) / steps
 
 
+def recording_cost_us(device: torch.device, repeats: int = 20000) -> float:
+    """Microseconds the recording adds to one step, timed alone (no step between): the marks, the notes."""
+    clock = WaitClock(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        began = clock.mark()
+        pace.exchanged(Wait(began, clock.mark()))
+        Wait(clock.mark(), clock.mark())
+        pace.step()
+        pace.waited(0.0)
+    return 1e6 * (time.perf_counter() - start) / repeats
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
@@ -73,6 +88,7 @@ def main() -> None:
         for block in range(2 * args.blocks):
             on = block % 2 == (block // 2) % 2  # on, off, off, on, on, off, ...: neither always goes first
             times[on].append(_block(step, x, y, args.steps, on, device))
+        cost_us = recording_cost_us(device)
         pace.finish()
         samples = len((Path(folder) / "pace" / "rank0.jsonl").read_text().splitlines())
     on, off = statistics.median(times[True]), statistics.median(times[False])
@@ -80,11 +96,14 @@ def main() -> None:
               "model": args.model, "batch": args.batch, "image": args.image, "steps_per_block": args.steps,
               "blocks_each": args.blocks, "step_ms_on": round(1000 * on, 4), "step_ms_off": round(1000 * off, 4),
               "overhead_pct": round(100 * (on - off) / off, 3), "pace_lines_written": samples,
+              "recording_us_per_step": round(cost_us, 3),
+              "recording_pct_of_step_off": round(100 * cost_us / 1e6 / off, 4),
               "block_ms_on": [round(1000 * t, 4) for t in times[True]],
               "block_ms_off": [round(1000 * t, 4) for t in times[False]]}
     print(f"{result['device']} {args.model} batch {args.batch}: {result['step_ms_off']:.3f} ms/step off, "
           f"{result['step_ms_on']:.3f} ms on: overhead {result['overhead_pct']:+.2f}% (median of {args.blocks} "
-          f"interleaved blocks each)")
+          f"interleaved blocks each); the recording alone {cost_us:.2f} us/step "
+          f"({100 * cost_us / 1e6 / off:.3f}% of a step)")
     write_result(args.out, result)
 
 
