@@ -57,6 +57,7 @@ def test_effective_time_books_start_up_requeue_hold_and_redone_work_by_cause() -
     assert lost["after the last step (validation, saving, exit)"] == 5.0
     assert result.productive_s == 30.0 + 40.0 and result.share == pytest.approx(70 / 150)
     assert result.wall_s == result.productive_s + sum(lost.values())
+    assert goodput(lead[:1], events, now=200.0, running=True).wall_s == 0  # no step noted: no figure, not 0%
 
 
 def test_the_recorder_writes_start_samples_and_end_with_the_exchange_taken_out(tmp_path: Path) -> None:

@@ -157,7 +157,7 @@ def goodput(lead: list[dict[str, Any]], events: list[dict[str, Any]], now: float
     """The effective training time from the lead rank's pace lines ``lead`` and the job's events (status.json:
     requeued, restarted with Slurm's word on the run before); ``running``: the newest run goes on until ``now``."""
     runs = _runs(lead)
-    if not runs:
+    if not any(run.first_step is not None for run in runs):  # no step noted (a script's own process): unknown
         return Goodput(0.0, 0.0)
     if running:
         runs[-1].end = now
