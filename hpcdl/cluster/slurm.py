@@ -438,16 +438,18 @@ class SlurmBackend:
         return None if done.returncode == 0 else f"scontrol requeue failed: {done.stderr.strip()}"
 
     def requeue_excluding(self, job: str, node: str) -> Optional[str]:
-        """scontrol requeuehold, the held job's excluded nodes raised by ``node`` (Slurm changes them on a pending
-        job only), then release: the job cannot start again before it leaves ``node`` out."""
-        for command in (["requeuehold", job], None, ["release", job]):
-            if command is None:
-                shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True).stdout
-                found = re.search(r"\bExcNodeList=(\S+)", shown)
-                excluded = ",".join(filter(None, [found.group(1) if found and found.group(1) != "(null)" else "",
-                                                  node]))
-                command = ["update", f"JobId={job}", f"ExcNodeList={excluded}"]
-            done = subprocess.run(["scontrol", *command], capture_output=True, text=True)
-            if done.returncode != 0:
-                return f"scontrol {command[0]} failed: {done.stderr.strip()}"
-        return None
+        """scontrol requeue, then the job's excluded nodes raised by ``node`` while Slurm holds the requeued job
+        (about 120 s on 22.05) before it may start again; None once both are done, else the refusal."""
+        refused = self.requeue(job)
+        if refused is not None:
+            return refused
+        for _ in range(10):  # the update is taken once the job is pending again
+            shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True).stdout
+            found = re.search(r"\bExcNodeList=(\S+)", shown)
+            excluded = ",".join(filter(None, [found.group(1) if found and found.group(1) != "(null)" else "", node]))
+            done = subprocess.run(["scontrol", "update", f"JobId={job}", f"ExcNodeList={excluded}"],
+                                  capture_output=True, text=True)
+            if done.returncode == 0:
+                return None
+            time.sleep(1)
+        return f"scontrol update ExcNodeList failed: {done.stderr.strip()}"
