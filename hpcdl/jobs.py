@@ -223,6 +223,10 @@ def _show(job: "Job") -> int:
     for resume in m.get("resumes", []):
         print(f"resumed   {_when(resume['at'])} after {resume['after']} (was {resume['backend_id']}), "
               f"time {resume['time']}")
+    from hpcdl.lifecycle.pace_report import pace_lines
+    from hpcdl.lifecycle.preflight_report import preflight_lines
+
+    print("\n".join(preflight_lines(record) + (pace_lines(record) or ["pace      none recorded"])))
     _show_outcome(job, record)
     return 0
 

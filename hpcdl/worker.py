@@ -28,7 +28,7 @@ from hpcdl.cluster import WORKER, Backend, backend_for
 from hpcdl.distributed.restarts import (how_run_ended, is_earlier_runs_failure, record_failure, record_final,
                                    recorded_final, requeued_since_start, this_job, this_run,
                                    withdraw_earlier_failure)
-from hpcdl.distributed import failures, hangs, heartbeat, stacks
+from hpcdl.distributed import failures, hangs, heartbeat, pace, stacks
 from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank, node_name
 from hpcdl.errors import FolderGoneError
 from hpcdl.host import become_subreaper, end_own_job
@@ -36,6 +36,7 @@ from hpcdl.plan import JobPlan
 from hpcdl.reporting import close_metrics
 from hpcdl.snapshot import run_from_snapshot
 from hpcdl.store.atomic import atomic_save, make_folder, remove_stale_temporaries
+from hpcdl.store.badnodes import remember
 from hpcdl.store.caches import compile_cache
 from hpcdl.store.files import (CHECKPOINTS, FUNCTION_RESULT, LOGS, MANIFEST, NCCL_TRACE,
                                RANK_RESULTS, RANKS_DONE, STATUS, checkpoint_files, rank_log, rank_result)
@@ -232,6 +233,7 @@ def run_job(folder: str) -> None:
         listen_for_script_stop(path)
     else:
         listen_for_stop()
+    _preflight(path, plan, backend)
     if plan.world_size > 1 and plan.cluster.heartbeat_timeout_s:
         heartbeat.start(path, global_rank(), plan.world_size, plan.lead_rank, plan.cluster.heartbeat_timeout_s,
                         plan.cluster.heartbeat_startup_s)
@@ -240,10 +242,12 @@ def run_job(folder: str) -> None:
                         plan.cluster.hang_startup_s if plan.kind == "train" else None,
                         heartbeat.interval_for(plan.cluster.hang_timeout_s))
     stacks.serve(path, global_rank())
+    pace.start(path, global_rank(), heartbeat.run_token(), plan.cluster.straggler_window_s)
     try:
         _run_payload(path, plan, manifest)
     except StopRequested as stop:
         heartbeat.finish()
+        pace.finish()
         _after_stop(path, plan, backend, stop, manifest["id"])
         return
     except BaseException as e:
@@ -256,8 +260,45 @@ def run_job(folder: str) -> None:
                            rank=global_rank(), rank_host=node_name(), traceback=own)
         raise
     heartbeat.finish()
+    pace.finish()
     if _all_ranks_done(path, plan):
         record_final(path, COMPLETED)
+
+
+PREFLIGHT_REQUEUE_WAIT_S = 300.0
+"""How long a node that failed its preflight waits for Slurm to end the run it queued again."""
+
+
+def _preflight(folder: Path, plan: JobPlan, backend: Backend) -> None:
+    """One rank per node checks the node before the ranks meet (cluster.preflight); a failing node is excluded
+    and the job queued again on its first run, else the job fails naming the node and its failed checks."""
+    from hpcdl.distributed.env import local_env
+    from hpcdl.distributed import preflight
+
+    cluster = plan.cluster
+    if local_env().local_rank != 0 or not preflight.wanted(cluster.preflight, cluster.nodes, cluster.gpus_per_node,
+                                                            plan.device):
+        return
+    started, node = time.monotonic(), node_name()
+    data_root = plan.config.data.root if plan.config is not None else None
+    checks = preflight.run_checks(folder.parent, data_root, cluster.gpus_per_node)
+    if not any(check.failed for check in checks):
+        preflight.write_result(folder, node, checks, time.monotonic() - started)
+        return
+    reason = preflight.failure_words(node, checks)
+    with contextlib.suppress(OSError, ValueError):
+        remember(folder.parent, node, reason, cluster.preflight_hold_s)
+    job = this_job()
+    refused = backend.requeue_excluding(job, node) if job and this_run() == 0 else "not queued again"
+    preflight.write_result(folder, node, checks, time.monotonic() - started, excluded=refused is None,
+                           restarts=this_run(), slurm_job=job)
+    if refused is None:
+        print(f"[hpcdl] {reason}; the job is queued again without {node}", file=sys.stderr, flush=True)
+        time.sleep(PREFLIGHT_REQUEUE_WAIT_S)  # Slurm ends this run meanwhile
+    with contextlib.suppress(FolderGoneError):
+        record_failure(folder, reason, rank=global_rank(), rank_host=node)
+    print(f"[hpcdl] {reason}", file=sys.stderr, flush=True)
+    sys.exit(1)
 
 
 def _own_traceback(plan: JobPlan, error: BaseException) -> str:

@@ -87,6 +87,10 @@ class Backend(Protocol):
         """In the job: queue it (the scheduler's id ``job``) again to go on from its checkpoint; None once queued,
         else the scheduler's refusal in words."""
 
+    def requeue_excluding(self, job: str, node: str) -> Optional[str]:
+        """In the job: queue it again never to run on ``node`` (which failed its preflight); None once queued,
+        else the refusal in words."""
+
 
 def backend_for(name: str) -> Backend:
     """The backend a profile's ``backend`` names: ``BACKEND`` of the module hpcdl.cluster.<name>; ConfigError for

@@ -172,5 +172,8 @@ class LocalBackend:
         """Never: a local job has no scheduler to queue it again (its worker is given no job id)."""
         return "a local job is not queued again"
 
+    def requeue_excluding(self, job: str, node: str) -> Optional[str]:
+        """Never: a local job has this machine alone."""
+        return f"a local job cannot move off {node}"
 
 BACKEND = LocalBackend

@@ -11,19 +11,21 @@ import contextlib
 import getpass
 import importlib
 import os
+import re
 import shlex
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 from hpcdl.cluster import WORKER
 from hpcdl.config import ClusterConfig
 from hpcdl.config.cluster import time_limit_minutes
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.plan import JobPlan
+from hpcdl.store.badnodes import remembered
 from hpcdl.store.atomic import atomic_write_text
 from hpcdl.store.files import LOGS, stream_log
 from hpcdl.store.folders import JobRecord
@@ -111,8 +113,9 @@ def partitions(timeout_s: float = QUERY_TIMEOUT_S) -> dict[str, Partition]:
     return found
 
 
-def sbatch_parameters(plan: JobPlan) -> dict[str, Any]:
-    """submitit's SlurmExecutor parameters for ``plan``: the whole schema of the script.
+def sbatch_parameters(plan: JobPlan, exclude: Sequence[str] = ()) -> dict[str, Any]:
+    """submitit's SlurmExecutor parameters for ``plan``: the whole schema of the script; ``exclude``: nodes left
+    out (--exclude: they failed a preflight of this user's jobs lately).
 
     MPI jobs start their ranks with the profile's mpirun inside the allocation instead of srun.
     """
@@ -125,7 +128,7 @@ def sbatch_parameters(plan: JobPlan) -> dict[str, Any]:
         "ntasks_per_node": profile.tasks_per_node, "signal_delay_s": profile.signal_delay_s,
         "setup": setup, "srun_args": ["--kill-on-bad-exit=1"], "use_srun": not plan.mpi,
         "additional_parameters": {"export": ",".join([*plan.exported, *profile.secrets]) or "NONE",
-                                  **profile.sbatch_extra},
+                                  **profile.sbatch_extra, **({"exclude": ",".join(exclude)} if exclude else {})},
     }
     optional = {"partition": profile.partition, "account": profile.account, "qos": profile.qos,
                 "cpus_per_task": profile.cpus_per_task, "mem": profile.mem, "constraint": profile.constraint,
@@ -167,13 +170,14 @@ def _stop_signal_forwarded(script: str) -> str:
     ])
 
 
-def sbatch_script(plan: JobPlan, folder: Path) -> str:
-    """The exact sbatch script of a job in ``folder``: what dry_run prints and what submit hands to sbatch."""
+def sbatch_script(plan: JobPlan, folder: Path, exclude: Sequence[str] = ()) -> str:
+    """The exact sbatch script of a job in ``folder``: what dry_run prints and what submit hands to sbatch;
+    ``exclude``: nodes left out."""
     from submitit.slurm.slurm import _make_sbatch_string
 
     logs = folder / "slurm"
     command = " ".join([_python(plan), "-u -m submitit.core._submit", shlex.quote(str(logs))])
-    return _stop_signal_forwarded(_make_sbatch_string(command=command, folder=logs, **sbatch_parameters(plan)))
+    return _stop_signal_forwarded(_make_sbatch_string(command=command, folder=logs, **sbatch_parameters(plan, exclude)))
 
 
 def max_array_size() -> int:
@@ -314,7 +318,7 @@ class SlurmBackend:
 
     def preview(self, plan: JobPlan, folder: Path) -> str:
         """The sbatch script and the variables that travel with the job."""
-        lines = [sbatch_script(plan, folder).rstrip("\n"), "",
+        lines = [sbatch_script(plan, folder, sorted(remembered(folder.parent))).rstrip("\n"), "",
                  "# variables copied from the submitting shell (--export allow-list):"]
         lines += [f"#   {name}" for name in plan.exported]
         lines += [f"#   {name} (secret: passed by name, its value never written)" for name in plan.cluster.secrets]
@@ -322,14 +326,17 @@ class SlurmBackend:
 
     def submit(self, plan: JobPlan, folder: Path) -> str:
         """sbatch the job's script (the one preview shows) through submitit; returns Slurm's job id."""
-        executor = _executor_class()(sbatch_script(plan, folder), folder=folder / "slurm", python=_python(plan),
-                                   max_num_timeout=0)
-        executor.update_parameters(**sbatch_parameters(plan))
+        left_out = sorted(remembered(folder.parent))  # nodes that failed a preflight of this user's lately
+        executor = _executor_class()(sbatch_script(plan, folder, left_out), folder=folder / "slurm",
+                                   python=_python(plan), max_num_timeout=0)
+        executor.update_parameters(**sbatch_parameters(plan, left_out))
         try:
             with _outside_any_job():
                 job = executor.submit(_run_worker, str(folder))
         except Exception as e:  # submitit raises plain exceptions carrying sbatch's message
-            raise SubmissionError(f"sbatch refused the job: {str(e).strip()}") from e
+            left = (f" (left out: {', '.join(left_out)}, which failed a preflight of your jobs lately; "
+                    "cluster.preflight_hold_s)") if left_out else ""
+            raise SubmissionError(f"sbatch refused the job: {str(e).strip()}{left}") from e
         return str(job.job_id)
 
     def submit_sweep(self, sweep: Path, points: list[tuple[JobPlan, Path]], parallelism: Optional[int],
@@ -444,5 +451,21 @@ class SlurmBackend:
         done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
         return None if done.returncode == 0 else f"scontrol requeue failed: {done.stderr.strip()}"
 
+    def requeue_excluding(self, job: str, node: str) -> Optional[str]:
+        """scontrol requeue, then the job's excluded nodes raised by ``node`` while Slurm holds the requeued job
+        (about 120 s on 22.05) before it may start again; None once both are done, else the refusal."""
+        refused = self.requeue(job)
+        if refused is not None:
+            return refused
+        for _ in range(10):  # the update is taken once the job is pending again
+            shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True).stdout
+            found = re.search(r"\bExcNodeList=(\S+)", shown)
+            excluded = ",".join(filter(None, [found.group(1) if found and found.group(1) != "(null)" else "", node]))
+            done = subprocess.run(["scontrol", "update", f"JobId={job}", f"ExcNodeList={excluded}"],
+                                  capture_output=True, text=True)
+            if done.returncode == 0:
+                return None
+            time.sleep(1)
+        return f"scontrol update ExcNodeList failed: {done.stderr.strip()}"
 
 BACKEND = SlurmBackend

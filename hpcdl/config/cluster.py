@@ -18,6 +18,7 @@ from hpcdl.config.fields import check_types, options, require, require_choice
 
 PROFILES = Path(__file__).resolve().parents[1] / "conf" / "cluster"
 """The cluster config group as packaged: one profile per backend, each naming its backend's module."""
+PREFLIGHT_SETTINGS = ("auto", "on", "off")
 DEFAULT_EXPORT = ["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV",
                   "CONDA_PREFIX", "SLURM_CONF", "HPCDL_STORE", "XDG_CACHE_HOME", "OMPI_ALLOW_RUN_AS_ROOT",
                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]
@@ -128,6 +129,19 @@ class ClusterConfig:
     hang_startup_s: int = 3600
     """The same before the first step, for the built-in trainer (user code is watched once it reports a step),
     >= hang_timeout_s."""
+    preflight: str = "auto"
+    """Each node checks itself before the ranks meet (GPUs, NVML health, a bf16 GEMM, HBM, store, data root,
+    scratch): on, off, or auto (on for several nodes and for GPU jobs). On Slurm a failing node is excluded and the
+    job queued again once."""
+    preflight_hold_s: int = 86400
+    """How long a node that failed a preflight is left out of your later Slurm jobs (sbatch --exclude), in
+    seconds; 0: not remembered, >= 0."""
+    straggler_margin: float = 0.2
+    """jobs show/watch flag a rank whose own time per step (less the wait for its peers) exceeds the median
+    rank's by more than this fraction for a whole straggler_window_s, > 0."""
+    straggler_window_s: int = 300
+    """How long a rank must stay slower than straggler_margin to be flagged; each rank samples its pace ten times
+    per window (every 1 to 30 s), >= 5."""
     mpirun: List[str] = field(default_factory=lambda: ["mpirun"])
     """How training.comm=mpi jobs start their ranks inside the allocation (Open MPI's mpirun reads Slurm's)."""
     remote: RemoteConfig = field(default_factory=RemoteConfig)
@@ -155,6 +169,10 @@ class ClusterConfig:
         require(self, "hang_timeout_s", self.hang_timeout_s == 0 or self.hang_timeout_s >= 5, "0 (off) or >= 5")
         require(self, "hang_startup_s", self.hang_startup_s >= self.hang_timeout_s,
                 f">= hang_timeout_s ({self.hang_timeout_s})")
+        require_choice(self, "preflight", PREFLIGHT_SETTINGS)
+        require(self, "preflight_hold_s", self.preflight_hold_s >= 0, ">= 0")
+        require(self, "straggler_margin", self.straggler_margin > 0, "> 0")
+        require(self, "straggler_window_s", self.straggler_window_s >= 5, ">= 5")
         require(self, "mpirun", len(self.mpirun) > 0, "a command, e.g. [mpirun, --bind-to, none]")
         check_variable_names(self.env, "cluster.env")
         check_variable_names(self.export, "cluster.export")

@@ -10,12 +10,14 @@ import datetime
 import gc
 import os
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 import torch
 from torch import nn
 
+from hpcdl.distributed import pace
 from hpcdl.distributed.env import DistEnv
 from hpcdl.distributed.shares import shares
 from hpcdl.errors import ConfigError
@@ -93,22 +95,29 @@ class DistContext:
         """Sum a small tensor over the computing workers (validation totals)."""
         if not self.distributed:
             return values
+        began = time.perf_counter()  # on the host: the wait of a CPU run (and of MPI) for slower peers (pace)
         if self.comm == "mpi":
             host = values.detach().double().cpu().numpy()
             self.mpi_comm.Allreduce(self.mpi_module().IN_PLACE, host, op=self.mpi_module().SUM)
-            return torch.from_numpy(host).to(values.device, values.dtype)
-        torch.distributed.all_reduce(values, group=self.group)
+            values = torch.from_numpy(host).to(values.device, values.dtype)
+        else:
+            torch.distributed.all_reduce(values, group=self.group)
+        pace.aside(time.perf_counter() - began)
         return values
 
     def agree(self, flag: bool) -> bool:
         """True on every computing worker if ``flag`` is true on any, decided on the host: no device sync."""
         if not self.distributed:
             return flag
+        began = time.perf_counter()  # the wait for slower peers is theirs, not this rank's (pace)
         if self.comm == "mpi":
-            return bool(self.mpi_comm.allreduce(int(flag), op=self.mpi_module().MAX))
-        value = torch.tensor([int(flag)])
-        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX, group=self.control)
-        return bool(value.item())
+            agreed = bool(self.mpi_comm.allreduce(int(flag), op=self.mpi_module().MAX))
+        else:
+            value = torch.tensor([int(flag)])
+            torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX, group=self.control)
+            agreed = bool(value.item())
+        pace.aside(time.perf_counter() - began)
+        return agreed
 
     def any_true(self, flag: bool, device: torch.device) -> bool:
         """True on every computing worker if ``flag`` is true on any (a callback's stop)."""

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from hpcdl.distributed import failures
+from hpcdl.distributed import failures, pace
 from hpcdl.distributed.restarts import record_failure
 from hpcdl.distributed.env import node_name
 from hpcdl.errors import FolderGoneError, HpcdlError
@@ -47,9 +47,11 @@ _ticker: Optional["_Ticker"] = None
 
 
 def stepped() -> None:
-    """Note that this rank has trained (or reported) a step: from now on the short timeout applies to it."""
+    """Note that this rank has trained (or reported) a step: from now on the short timeout applies to it; the
+    step counts toward the rank's pace."""
     _stepped.set()
     _steps[0] += 1
+    pace.step()
 
 
 def follow(pid: int) -> None:

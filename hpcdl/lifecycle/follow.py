@@ -7,6 +7,7 @@ import time
 from typing import Any, Callable, Optional, TextIO
 
 from hpcdl.lifecycle.job import Job
+from hpcdl.lifecycle.pace_report import straggler_flags
 from hpcdl.store.folders import JobRecord
 from hpcdl.store.metrics import progress
 from hpcdl.store.sweeps import is_sweep, points_done
@@ -60,7 +61,7 @@ def follow(job: Job, out: TextIO = sys.stdout, poll_s: float = 1.0, timeout: Opt
     while True:
         record = job.refresh()
         line = f"{record.id} {record.state:<9s} {points_done(record)}" if is_sweep(record) \
-            else progress_line(record, progress(record))
+            else " | ".join(filter(None, (progress_line(record, progress(record)), straggler_flags(record))))
         block = [line, *(extra(record) if extra else [])]
         if block != last:
             if live:  # back to the block's first line, each line drawn over

@@ -65,6 +65,18 @@ STACKS_REQUEST = "request.json"
 NCCL_TRACE = "nccl-trace-rank"
 """In the job folder, followed by the rank: NCCL's flight recorder dump on a GPU job's collective timeout
 (TORCH_FR_DUMP_TEMP_FILE)."""
+PACE = "pace"
+"""Each rank's rankN.jsonl: its pace (steps, step time, its own share of it, data wait) every few seconds, with
+the start and end of each run (hpcdl.distributed.pace; read by hpcdl.store.pace)."""
+PACE_RANK = "rank{rank}.jsonl"
+"""A rank's pace file in PACE."""
+PREFLIGHT = "preflight-results"
+"""Each node's preflight.json: the checks it ran on itself before the ranks met (hpcdl.distributed.preflight)."""
+PREFLIGHT_NODE = "{node}.preflight.json"
+"""A node's checks in PREFLIGHT (its Slurm node name, checked to be a plain name)."""
+BAD_NODES = ".bad-nodes-{uid}.json"
+"""In a store: the nodes that failed a preflight of this user's jobs, each until when it is left out
+(hpcdl.store.badnodes)."""
 RENDEZVOUS = "rendezvous-{key}.json"
 """Rank 0's address and port for the others of one run (hpcdl.distributed.env)."""
 STOP_FLAG = "stop-requested"

@@ -24,6 +24,10 @@ class Wait:
     def __init__(self, asked: Union[float, torch.cuda.Event], ready: Union[float, torch.cuda.Event]) -> None:
         self.asked, self.ready = asked, ready
 
+    def passed(self) -> bool:
+        """Whether both marks have passed (a GPU's events completed), so that ``seconds`` can be read."""
+        return isinstance(self.ready, float) or self.ready.query()
+
     def seconds(self) -> float:
         """The wait in seconds (both events must have completed: read after the step's results)."""
         if isinstance(self.asked, float):

@@ -17,13 +17,13 @@ from hpcdl.data.batches import as_dataset, classes_of
 from hpcdl.data.images import BadImageError
 from hpcdl.data.encoded import use_gpu_decode
 from hpcdl.data.loader import BatchLoader
-from hpcdl.distributed import heartbeat
+from hpcdl.distributed import heartbeat, pace
 from hpcdl.distributed.context import DistContext, init_context
 from hpcdl.distributed.env import discover
 from hpcdl.distributed.shares import RankShares, resolve_ranks, shares
 from hpcdl.errors import ConfigError
 from hpcdl.train.checkpoint import CheckpointClock, RunState, restore_run, save_run
-from hpcdl.train.datawait import WaitClock
+from hpcdl.train.datawait import Wait, WaitClock
 from hpcdl.train.lazy import materialize_lazy_modules
 from hpcdl.train.device import choose_device
 from hpcdl.train.progress import Callback, Progress, TrainingInfo
@@ -93,6 +93,8 @@ class Step:
     options: TrainingOptions
     compiling: Optional[CompileDecision] = None
     """With compile left to speed: when to compile the forward, decided once the first iterations are timed."""
+    exchange: Optional[WaitClock] = None
+    """Several workers: marks the backward and gradient exchange, where a rank waits for slower peers (pace)."""
 
     def compile_if_due(self, iteration: int) -> None:
         """Compile the forward at the iteration speed's decision names (every computing rank at once)."""
@@ -116,8 +118,11 @@ class Step:
             out = self.forward(x)
             loss = self.loss_fn(out, y)
         self.optimizer.zero_grad(set_to_none=True)
+        began = self.exchange.mark() if self.exchange else None
         self.scaler.scale(loss * self.context.loss_scale(len(y), total)).backward()
         self.context.finish_gradients()
+        if began is not None:
+            pace.exchanged(Wait(began, self.exchange.mark()))
         if self.options.gradient_clip != "none":
             self.scaler.unscale_(self.optimizer)
             clip_gradients(self.model, self.options)
@@ -141,7 +146,8 @@ def make_step(model: nn.Module, options: TrainingOptions, learn_rate: float, con
                 optimizer=make_optimizer(model, options, learn_rate, fused=speed.fused_optimizer),
                 scaler=torch.amp.GradScaler(device.type, enabled=options.precision == "fp16"),
                 loss_fn=make_loss(options), cast=autocast(options, device), context=context, options=options,
-                compiling=compiling if compiling.pending else None)
+                compiling=compiling if compiling.pending else None,
+                exchange=WaitClock(device) if context.distributed else None)
 
 
 class Validation:
@@ -218,6 +224,7 @@ def checkpoint(step: Step, state: RunState, progress: Progress, settings: RunSet
         save_run(settings.checkpoint_path, state, progress.elapsed(), step.model, step.optimizer, step.scaler,
                  device, progress.info, step.options.checkpoint_keep)
         progress.info.checkpoint_s = round(time.perf_counter() - start, 3)
+        pace.aside(progress.info.checkpoint_s)
         warn_if_signal_too_late(progress.info.checkpoint_s)
     clock.saved()
 

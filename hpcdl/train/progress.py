@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional, Sequence, TextIO
 
 import torch
 
+from hpcdl.distributed import pace
 from hpcdl.store.atomic import make_folder
 from hpcdl.store.files import PLOT
 from hpcdl.store.metrics import MetricsLog
@@ -180,6 +181,7 @@ class Progress:
             loss, hits = p.values.tolist()
             waited = p.wait.seconds() if p.wait is not None else 0.0
             self.info.data_wait_s += waited
+            pace.waited(waited)
             record = {"kind": "iteration", "epoch": p.epoch, "iteration": p.iteration, "total": self.total,
                       "time_s": round(p.time_s, 4),
                       "loss": loss, "accuracy": hits / p.count if p.has_accuracy else None,
