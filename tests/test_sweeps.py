@@ -391,6 +391,40 @@ def test_a_waiting_sweep_interrupted_cancels_its_points(store: Path, tmp_path: P
     assert {load_record(store / f"{sweep}_{i}").state for i in range(2)} == {"CANCELLED"}
 
 
+def test_cancel_says_the_state_of_a_sweep_whose_point_ended_while_it_cancelled(
+        store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A point that records its own end after cancel read it (10,000-point sweeps see this) counts as it ended,
+    not as the RUNNING that was read."""
+    import hpcdl.lifecycle.job as lifecycle_job
+    from hpcdl.store.status import write_final
+
+    (tmp_path / "config.yaml").write_text("x: 0\n")
+    (tmp_path / "app.py").write_text(
+        "import time\n\nimport hydra\n\n\n@hydra.main(version_base=None, config_path='.', config_name='config')\n"
+        "def main(cfg):\n    time.sleep(120)\n\n\nif __name__ == '__main__':\n    main()\n")
+    done = subprocess.run([sys.executable, "app.py", "-m", "hydra/launcher=hpcdl", "hydra.launcher.parallelism=3",
+                           "x=1,2,3"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    sweep = re.search(r"Submitted sweep (\S+):", done.stdout).group(1)
+    deadline = time.monotonic() + 60
+    while Job.attach(f"{sweep}_0").state != "RUNNING":
+        assert time.monotonic() < deadline, "the points never ran"
+        time.sleep(0.2)
+    read = lifecycle_job.resolve_sweep
+
+    def read_then_point_0_completes(record: JobRecord, known: dict) -> list[JobRecord]:
+        points = read(record, known)
+        write_final(store / f"{sweep}_0", "COMPLETED")
+        return points
+
+    monkeypatch.setattr(lifecycle_job, "resolve_sweep", read_then_point_0_completes)
+    job = Job.attach(sweep)
+    job.cancel()
+    assert job.last_seen_state == "CANCELLED", job.last_seen_state
+    assert load_record(store / sweep) is not None
+    monkeypatch.undo()
+    assert {load_record(store / f"{sweep}_{i}").state for i in range(3)} == {"COMPLETED", "CANCELLED"}
+
+
 SQUARE_APP = '''
 import hydra
 

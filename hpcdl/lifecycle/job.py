@@ -170,6 +170,10 @@ class Job:
             raise
         for point in marked:  # what was just written, not read again: a sweep may have 10,000 points
             point.state, point.reason = CANCELLED, f"sweep {record.id} cancelled with hpcdl"
+        for n, point in enumerate(points):  # its own final state came first: read it again
+            if not point.final:
+                points[n] = load_record(point.folder) or point
+        resolve_states([p for p in points if not p.final])
         settle(record, points)
         return False
 
