@@ -472,3 +472,28 @@ def test_a_shared_store_keeps_each_users_jobs_their_own(shared_store: Path, othe
     assert _as_other_user("import sys; from hpcdl.jobs import main; sys.exit(main(['cancel', sys.argv[1]]))",
                           mine.id).returncode == 1
     assert mine.state == "COMPLETED" and mine.result(timeout=0) == 42
+
+
+_PLANT_REMOTE_RECORD = """
+import json, os, sys
+store, uid, job, marker = sys.argv[1:5]
+folder = os.path.join(store, ".remote-" + uid)
+os.mkdir(folder, 0o755)
+login = {"host": "example", "python": "python3", "connect_timeout_s": 5, "persist_s": 60,
+         "ssh_options": ["ProxyCommand=touch " + marker]}
+with open(os.path.join(folder, "job-" + job + ".json"), "w") as f:
+    json.dump({"id": job, "profile": "planted", "login": login, "store": None}, f)
+"""
+
+
+def test_a_remote_record_planted_in_a_shared_store_never_reaches_ssh(shared_store: Path, tmp_path: Path) -> None:
+    """A co-user's `.remote-<your uid>` folder, whose record names your job and an ssh option that runs a
+    command, is refused: your jobs commands stay local and run nothing of theirs."""
+    mine = _completed_function_job(shared_store)
+    marker = Path("/tmp") / f"hpcdl-remote-planted-{os.getpid()}"
+    planted = _as_other_user(_PLANT_REMOTE_RECORD, str(shared_store), str(os.getuid()), mine.id, str(marker))
+    assert planted.returncode == 0, planted.stderr
+    shown = _cli("hpcdl.jobs", "show", mine.id)
+    assert shown.returncode == 0, shown.stderr
+    assert "COMPLETED" in shown.stdout and "your remote jobs' records are not used" in shown.stderr, shown.stderr
+    assert not marker.exists()

@@ -3,9 +3,12 @@ and the last jobs list seen on each remote profile (shown, marked as such, while
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import secrets
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +19,7 @@ from hpcdl.remote.ssh import Login
 from hpcdl.store.atomic import atomic_write_text
 from hpcdl.store.files import REMOTE, REMOTE_JOB, REMOTE_LISTING, REMOTE_TREE
 from hpcdl.store.folders import store_root
-from hpcdl.store.safety import JOB_ID, check_job_key
+from hpcdl.store.safety import JOB_ID, UnsafeFolderError, check_job_key, open_folder, read_job_file
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -38,9 +41,35 @@ class Site:
 
 
 def _folder() -> Path:
-    folder = store_root() / REMOTE
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """This user's REMOTE folder in the store, made if missing, checked to be theirs alone (UnsafeFolderError
+    when another user made it or may write it)."""
+    folder = store_root() / REMOTE.format(uid=os.getuid())
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder, 0o700)
+    os.close(open_folder(folder))
     return folder
+
+
+def _folder_if_any() -> Optional[Path]:
+    """This user's REMOTE folder checked as _folder does, or None when there is none yet."""
+    folder = store_root() / REMOTE.format(uid=os.getuid())
+    try:
+        os.close(open_folder(folder))
+    except FileNotFoundError:
+        return None
+    return folder
+
+
+def _read(folder: Optional[Path], name: str) -> Optional[dict[str, Any]]:
+    """A record of this user's REMOTE folder, read without following links and checked to be theirs alone;
+    None when it is missing or not a JSON object."""
+    data = read_job_file(folder, name) if folder is not None else None
+    try:
+        record = json.loads(data) if data is not None else None
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def remember_job(job_id: str, site: Site) -> None:
@@ -53,26 +82,26 @@ def remember_job(job_id: str, site: Site) -> None:
 def site_of(key: str) -> Optional[Site]:
     """The site of the remote job ``key`` names (its id or a unique prefix of one), or None: not a remote job."""
     check_job_key(key)
-    folder = store_root() / REMOTE
-    found = sorted(folder.glob(REMOTE_JOB.format(id=key + "*"))) if folder.is_dir() else []
-    if len(found) != 1:
+    try:
+        folder = _folder_if_any()
+    except UnsafeFolderError as e:  # planted by a co-user: its login nodes are never used
+        print(f"[hpcdl] {e}: your remote jobs' records are not used", file=sys.stderr)
         return None
-    return Site.from_dict(json.loads(found[0].read_text()))
+    prefix, suffix = REMOTE_JOB.split("{id}")
+    found = sorted(name for name in (os.listdir(folder) if folder is not None else [])
+                   if name.startswith(prefix + key) and name.endswith(suffix))
+    record = _read(folder, found[0]) if len(found) == 1 else None
+    return Site.from_dict(record) if record is not None else None
 
 
-def _profile_file(pattern: str, profile: str) -> Path:
-    return _folder() / pattern.format(profile=profile if _SAFE.match(profile) else "profile")
-
-
-def _listing_file(profile: str) -> Path:
-    return _profile_file(REMOTE_LISTING, profile)
+def _profile_name(pattern: str, profile: str) -> str:
+    return pattern.format(profile=profile if _SAFE.match(profile) else "profile")
 
 
 def sent_tree(site: Site) -> dict[str, Any]:
     """The code last sent to ``site``: {key: the tree's key there, files: name -> digest} (a new key, no files,
     the first time or when the login node moved)."""
-    path = _profile_file(REMOTE_TREE, site.profile)
-    data = json.loads(path.read_text()) if path.is_file() else {}
+    data = _read(_folder_if_any(), _profile_name(REMOTE_TREE, site.profile)) or {}
     if data.get("login") != site.login.to_dict() or data.get("store") != site.store:
         return {"key": secrets.token_hex(16), "files": {}}
     return {"key": data["key"], "files": data["files"]}
@@ -80,17 +109,16 @@ def sent_tree(site: Site) -> dict[str, Any]:
 
 def remember_sent(site: Site, key: str, files: dict[str, str]) -> None:
     """Note the code tree ``files`` (name -> digest) that ``site`` now keeps under ``key``."""
-    atomic_write_text(_profile_file(REMOTE_TREE, site.profile), json.dumps(
+    atomic_write_text(_folder() / _profile_name(REMOTE_TREE, site.profile), json.dumps(
         {"key": key, "files": files, "login": site.login.to_dict(), "store": site.store}))
 
 
 def remember_listing(site: Site, text: str) -> None:
     """Keep ``text``, the jobs list just seen on ``site``."""
-    atomic_write_text(_listing_file(site.profile), json.dumps({"at": time.time(), "host": site.login.host,
-                                                               "text": text}))
+    atomic_write_text(_folder() / _profile_name(REMOTE_LISTING, site.profile),
+                      json.dumps({"at": time.time(), "host": site.login.host, "text": text}))
 
 
 def last_listing(site: Site) -> Optional[dict[str, Any]]:
     """The jobs list last seen on ``site`` ({at, host, text}), or None."""
-    path = _listing_file(site.profile)
-    return json.loads(path.read_text()) if path.is_file() else None
+    return _read(_folder_if_any(), _profile_name(REMOTE_LISTING, site.profile))
