@@ -203,3 +203,17 @@ def test_an_mpi_rank_killed_with_kill_9_is_named_from_mpiruns_words(store: Path,
         "Signal: signal 9 (Killed) (mpirun)" in root_line(why), why
     assert "exited on signal 9" in (folder / LOGS / "stderr.log").read_text()
     print(f"mpi kill -9: the job ended {ended_s:.1f} s after the kill, the verdict is read from mpirun's words")
+
+
+def test_a_worker_without_load_is_not_taken_for_a_hang(store: Path, tmp_path: Path, digits_root: Path) -> None:
+    """Rank 1 (WorkerLoad 0) never steps and waits for the end: no hang, long past hang_startup_s."""
+    job_id = submit(tmp_path, "training.execution_environment=parallel", "cluster.tasks_per_node=2",
+                    "training.worker_load=[1,0]", f"data.root={digits_root}", "training.max_epochs=1000",
+                    "training.verbose=false", "cluster.hang_timeout_s=5", "cluster.hang_startup_s=15",
+                    "cluster.time=00:05:00")
+    folder = store / job_id
+    wait_for(lambda: heartbeat_of(folder, 0).get("steps", 0) > 0, 120, "rank 0 trained")
+    time.sleep(25)  # rank 1 has made no step for longer than hang_startup_s
+    shown = cli(tmp_path, "hpcdl.jobs", "show", job_id)
+    assert "RUNNING" in shown.stdout.splitlines()[1], (shown.stdout, cli(tmp_path, "hpcdl.jobs", "why", job_id).stdout)
+    assert cli(tmp_path, "hpcdl.jobs", "cancel", job_id).returncode == 0

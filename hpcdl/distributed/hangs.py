@@ -63,8 +63,10 @@ class HangWatcher:
                 beat = read_json(self.folder / HEARTBEATS / HEARTBEAT.format(rank=rank))
             except (OSError, ValueError, HpcdlError):
                 continue
-            if not isinstance(beat, dict) or beat.get("run") != self.token or beat.get("done"):
-                continue  # not started, another run's, or returned: the heartbeat watcher judges silence
+            if not isinstance(beat, dict) or beat.get("run") != self.token or beat.get("done") \
+                    or beat.get("stepping") is False:
+                continue  # not started, another run's, returned or past its steps: the heartbeat watcher judges
+                # silence
             steps = int(beat.get("steps") or 0)
             known = self.seen.get(rank)
             if known is None or known[0] != steps:

@@ -42,6 +42,7 @@ RUN_TOKEN = "HPCDL_RUN_TOKEN"
 
 _stepped = threading.Event()
 _steps = [0]
+_stepping = [True]
 _followed: list[int] = []
 _ticker: Optional["_Ticker"] = None
 
@@ -52,6 +53,12 @@ def stepped() -> None:
     _stepped.set()
     _steps[0] += 1
     pace.step()
+
+
+def steps_ended() -> None:
+    """Note that this rank makes no more steps (a worker without load, or a run past its last step, validating
+    and saving): the hang watcher stops expecting them of it."""
+    _stepping[0] = False
 
 
 def follow(pid: int) -> None:
@@ -116,7 +123,7 @@ class _Ticker:
                 record = {"rank": self.rank, "host": self.host, "pid": self.pid, "run": self.token,
                           # a followed script's state is read exactly: no long allowance for its start
                           "ticks": self.ticks, "stepped": _stepped.is_set() or bool(_followed), "steps": _steps[0],
-                          "done": done}
+                          "stepping": _stepping[0], "done": done}
                 try:
                     atomic_write_text(self.path, json.dumps(record))
                 except (OSError, HpcdlError):  # a full or vanished store: the watchers judge the silence

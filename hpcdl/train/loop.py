@@ -268,6 +268,7 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
     try:
         if not context.computes:  # WorkerLoad 0: this worker does no training computation
             info.stop_reason, failed = "no-load", False
+            heartbeat.steps_ended()
             return model, info
         per_epoch = len(epoch_chunks(torch.arange(len(train_set)), settings.global_batch, context)[1])
         if per_epoch == 0:
@@ -291,6 +292,7 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
         validation = Validation(val_set, step, options, device, memory_format)
         model.train()
         reason = run_epochs(step, loader, validation, progress, state, settings, len(train_set), per_epoch)
+        heartbeat.steps_ended()  # the final validation and saving may take longer than hang_timeout_s
         info.speed.update(compiling.record)
         last = info.validation_history[-1]["iteration"] if info.validation_history else None
         if val_set is not None and last != state.iteration:
