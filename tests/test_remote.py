@@ -292,3 +292,20 @@ def test_a_remote_dry_run_shows_what_the_login_node_would_start_and_submits_noth
     assert done.returncode == 0, done.stderr
     assert "dry run: nothing was submitted" in done.stderr and "hpcdl.worker" in done.stderr
     assert not list(client["store"].rglob("job-*.json")) and not list(client["remote_store"].iterdir())
+
+
+def test_every_jobs_verb_of_an_id_and_every_option_value_is_known_to_the_routing() -> None:
+    """A jobs verb added later that takes an ID goes to the login node of a remote job too, and the value of
+    each of its options is not taken for the ID."""
+    import argparse
+
+    from hpcdl.jobs import parser
+    from hpcdl.remote.routing import ID_VERBS, OPTIONS_WITH_VALUES
+
+    verbs = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    taking_id = {name for name, sub in verbs.items() if any(a.dest == "id" for a in sub._actions)}
+    assert taking_id == set(ID_VERBS)
+    with_values = {option for name in taking_id for a in verbs[name]._actions if a.option_strings
+                   and a.nargs is None and not isinstance(a, (argparse._HelpAction, argparse._StoreTrueAction))
+                   for option in a.option_strings if option.startswith("--")}
+    assert with_values <= set(OPTIONS_WITH_VALUES), with_values - set(OPTIONS_WITH_VALUES)

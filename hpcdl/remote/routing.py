@@ -6,9 +6,9 @@ from typing import Optional, Sequence
 
 from hpcdl.store.safety import JOB_KEY
 
-ID_VERBS = ("show", "watch", "wait", "cancel", "fetch", "resume", "logs")
+ID_VERBS = ("show", "watch", "wait", "cancel", "fetch", "resume", "logs", "why", "stacks", "report", "tensorboard")
 """The jobs verbs that take a job's ID."""
-OPTIONS_WITH_VALUES = ("--rank", "--timeout", "--to", "--time")
+OPTIONS_WITH_VALUES = ("--rank", "--timeout", "--to", "--time", "--point", "--metric", "--port")
 
 
 def is_site_override(override: str) -> bool:
