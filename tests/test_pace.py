@@ -116,3 +116,13 @@ def test_a_cpu_throttled_rank_is_flagged_as_a_straggler_and_a_healthy_run_is_not
     folder = store / sorted(p.name for p in store.iterdir() if not p.name.startswith("."))[-1]
     starts = [json.loads(line) for line in (folder / PACE / "rank0.jsonl").read_text().splitlines()][:1]
     assert starts[0]["event"] == "start" and starts[0]["host"]
+
+
+def test_without_a_recorder_no_exchange_is_kept(monkeypatch) -> None:  # noqa: ANN001
+    """train_network called directly (under torchrun, or in a script= job) starts no recorder: nothing may pile
+    up step after step."""
+    monkeypatch.setattr(pace, "_recorder", None)
+    monkeypatch.setattr(pace, "_counts", pace._Counts())
+    for _ in range(1000):
+        pace.exchanged(object())  # type: ignore[arg-type]
+    assert pace._counts.exchanges == []

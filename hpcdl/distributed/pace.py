@@ -58,7 +58,10 @@ def step() -> None:
 
 
 def exchanged(interval: Interval) -> None:
-    """Note one step's backward and gradient exchange (its seconds are read when the sample is taken)."""
+    """Note one step's backward and gradient exchange (its seconds are read when the sample is taken); nothing
+    without a recorder (a rank hpcdl's worker did not start), which would never read them."""
+    if _recorder is None:
+        return
     with _lock:
         _counts.exchanges.append(interval)
 
