@@ -48,7 +48,9 @@ _recorder: Optional["_Recorder"] = None
 
 
 def step() -> None:
-    """Note that this rank has finished a step (host time)."""
+    """Note that this rank has finished a step (host time); like every note here, nothing without a recorder."""
+    if _recorder is None:
+        return
     now = time.perf_counter()
     with _lock:
         _counts.steps += 1
@@ -69,12 +71,16 @@ def exchanged(interval: Interval) -> None:
 def aside(seconds: float) -> None:
     """Note host seconds of a step that are not the rank's own share of training: a collective outside the
     exchange (where it waits for peers), or the lead's own files (plot, checkpoint), which no peer has to do."""
+    if _recorder is None:
+        return
     with _lock:
         _counts.aside_s += seconds
 
 
 def waited(seconds: float) -> None:
     """Note seconds one step waited for its input."""
+    if _recorder is None:
+        return
     with _lock:
         _counts.wait_s += seconds
 
@@ -86,7 +92,9 @@ def sample_interval(window_s: float) -> float:
 
 def start(folder: Path, rank: int, token: str, window_s: float) -> None:
     """Write this run's start line and sample this rank's pace every sample_interval(window_s) from now on."""
-    global _recorder
+    global _recorder, _counts
+    with _lock:
+        _counts = _Counts()  # what was noted before (an earlier run in this process) is not this run's
     _recorder = _Recorder(make_folder(folder / PACE) / PACE_RANK.format(rank=rank), token)
     _recorder.line({"event": "start", "host": node_name(), "pid": os.getpid()})
     threading.Thread(target=_recorder.run, args=(sample_interval(window_s),), name="hpcdl-pace",
