@@ -126,3 +126,18 @@ def test_without_a_recorder_no_exchange_is_kept(monkeypatch) -> None:  # noqa: A
     for _ in range(1000):
         pace.exchanged(object())  # type: ignore[arg-type]
     assert pace._counts.exchanges == []
+
+
+def test_pace_lines_of_the_wrong_shape_are_left_out(tmp_path: Path) -> None:
+    """A damaged pace file (valid JSON, wrong fields) gives no traceback in jobs show or watch."""
+    from hpcdl.store.files import PACE, PACE_RANK
+    from hpcdl.store.pace import rank_paces, read_pace
+
+    (tmp_path / PACE).mkdir()
+    good = {"run": "r", "at": 10.0, "step_s": 0.1, "timed": 5, "wait_s": 0.0, "host": "n1"}
+    for rank, bad in ((0, {"run": "r", "at": 11.0, "step_s": 0.1}), (1, {"run": "r", "at": 11.0, "step_s": 0.1,
+                                                                         "timed": 0, "wait_s": "x"})):
+        lines = [good, bad]
+        (tmp_path / PACE / PACE_RANK.format(rank=rank)).write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    views = rank_paces(read_pace(tmp_path), 0.2, 300)
+    assert [v.rank for v in views] == [0, 1] and all(v.relative == 1.0 for v in views)

@@ -66,8 +66,7 @@ def rank_paces(paces: dict[int, list[dict[str, Any]]], margin: float, window_s: 
     """Each rank's pace over the last ``window_s`` of the newest run, relative to the median rank; a rank whose
     own time per step has exceeded the median's by more than ``margin`` for ``window_s`` is a straggler."""
     run = _newest_run(paces)
-    samples = {rank: [s for s in lines if s["run"] == run and _number(s.get("step_s"))]
-               for rank, lines in paces.items()}
+    samples = {rank: [s for s in lines if s["run"] == run and _is_sample(s)] for rank, lines in paces.items()}
     samples = {rank: found for rank, found in samples.items() if found}
     if not samples:
         return []
@@ -100,6 +99,11 @@ def _slow_for(found: list[dict[str, Any]], limit: float) -> float:
         if slow >= SLOW_SHARE * total and _own(found[number]) > limit:
             since = found[number - 1]["at"] if number else found[number]["at"]
     return found[-1]["at"] - since if since is not None else 0.0
+
+
+def _is_sample(line: dict[str, Any]) -> bool:
+    """A sample of steps (others, and lines of the wrong shape in a damaged file, are left out)."""
+    return all(_number(line.get(key)) for key in ("step_s", "timed", "wait_s")) and line["timed"] > 0
 
 
 def _own(sample: dict[str, Any]) -> float:
