@@ -32,7 +32,8 @@ HELP_COMMANDS = [
     *(f"python -m hpcdl.jobs {verb} --help"
       for verb in ("list", "clean", "show", "logs", "watch", "wait", "cancel", "fetch", "resume", "why", "stacks",
                   "report", "tensorboard")),
-    "python -m hpcdl.devices --help", "python -m hpcdl.profiles --help", "python -m hpcdl.config.help --help",
+    "python -m hpcdl.devices --help", "python -m hpcdl.profiles --help", "python -m hpcdl.doctor --help",
+    "python -m hpcdl.config.help --help",
     "python -m hpcdl.config.help",
     "hpcdl-submit --help", "hpcdl-jobs --help", "hpcdl-run --help", "hpcdl-devices --help",
 ]
