@@ -197,7 +197,7 @@ def test_after_the_first_submission_only_changed_files_are_sent_and_the_job_gets
                                                                               pack(stream, folder, names)))
     assert submit_remote(["cluster=site", "script=job.py"]) == 0
     assert sent == [1]  # small.txt alone: big.bin and job.py were kept on the login node
-    second = sorted(client["store"].glob(".remote/job-*.json"))[-1].stem.removeprefix("job-")
+    second = sorted(client["store"].glob(f".remote-{os.getuid()}/job-*.json"))[-1].stem.removeprefix("job-")
     assert second != first
     code = client["remote_store"] / second / "code"
     assert (code / "lib" / "small.txt").read_text() == "two"
