@@ -55,7 +55,7 @@ def test_a_job_submitted_remotely_runs_on_after_the_client_is_killed_and_a_new_c
     client = subprocess.Popen([sys.executable, "-m", "hpcdl.submit", "cluster=site", "script=job.py", "wait=true",
                                "--", "6"], start_new_session=True, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
-    records = site["store"] / ".remote"
+    records = site["store"] / f".remote-{os.getuid()}"
     deadline = time.monotonic() + 60
     while not list(records.glob("job-*.json")) and time.monotonic() < deadline:
         time.sleep(0.2)
