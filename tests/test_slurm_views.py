@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,16 @@ def test_a_trial_cancelled_on_slurm_is_shown_on_the_page_and_the_others_write_th
     assert "3 of 3 points done (2 COMPLETED, 1 CANCELLED)" in waited, waited
     array = (store / sweep / "manifest.json").read_text()
     array_id = re.search(r'"backend_id": "(\d+)', array).group(1)
-    tasks = dict(line.split("|")[:2] for line in subprocess.run(
-        ["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", array_id], capture_output=True, text=True,
-        check=True).stdout.split())
+
+    def accounted() -> dict[str, str]:
+        return dict(line.split("|")[:2] for line in subprocess.run(
+            ["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", array_id], capture_output=True, text=True,
+            check=True).stdout.split())
+
+    deadline = time.monotonic() + 60  # a point records its end before Slurm's accounting has its task's
+    while (tasks := accounted()).get(f"{array_id}_0") == "RUNNING" or tasks.get(f"{array_id}_1") == "RUNNING":
+        assert time.monotonic() < deadline, tasks
+        time.sleep(1)
     assert tasks[f"{array_id}_0"] == tasks[f"{array_id}_1"] == "COMPLETED", tasks
     assert tasks.get(f"{array_id}_2", "CANCELLED").startswith("CANCELLED"), tasks  # ended alone (or never ran)
 
