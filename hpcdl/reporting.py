@@ -13,7 +13,6 @@ Rank 0 alone writes (the others' calls do nothing); outside a job they do nothin
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -22,7 +21,7 @@ from typing import Any, Optional
 
 from hpcdl.distributed import heartbeat
 from hpcdl.store.files import FUNCTION_RESULT, METRICS, PLOT, REPORT_FIELDS
-from hpcdl.store.metrics import MetricsLog
+from hpcdl.store.metrics import MetricsLog, read_metrics
 from hpcdl.view import tensorboard
 from hpcdl.view.live import LiveViews
 from hpcdl.view.progress_plot import RunFacts, user_metrics, write_progress_plot
@@ -47,7 +46,7 @@ def _append(record: dict[str, Any]) -> None:
     if folder is None:
         return
     if _log is None:
-        _records[:] = _earlier_records(folder)  # an earlier run's reports go on (jobs resume)
+        _records[:] = read_metrics(folder)  # an earlier run's reports go on (jobs resume)
         _log = MetricsLog(folder)
         workers = int(os.environ.get("WORLD_SIZE", "1"))
         _facts.environment = f"your code, {workers} rank{'s' if workers > 1 else ''}, rank 0 on {socket.gethostname()}"
@@ -56,20 +55,6 @@ def _append(record: dict[str, Any]) -> None:
     _log.write(record)
     _records.append(record)
     _views.request()  # drawn at most every MIN_INTERVAL_S (hpcdl.view.live)
-
-
-def _earlier_records(folder: Path) -> list[dict[str, Any]]:
-    try:
-        lines = (folder / METRICS).read_bytes().splitlines()
-    except FileNotFoundError:
-        return []
-    records = []
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except ValueError:  # a line an earlier run was cut in
-            continue
-    return [r for r in records if isinstance(r, dict)]
 
 
 def _update_views(folder: Path) -> None:
@@ -92,7 +77,7 @@ def close_metrics(stop_reason: str = "returned") -> None:
     global _log, _views, _events
     folder = _job_folder()
     if _log is None and folder is not None and (folder / METRICS).is_file():
-        _records[:] = _earlier_records(folder)
+        _records[:] = read_metrics(folder)
         _views = LiveViews(lambda: _update_views(folder))
     _facts.stop_reason = stop_reason
     if _views is not None:

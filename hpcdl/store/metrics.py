@@ -155,8 +155,14 @@ class MetricsLog:
 
 def read_records(record: JobRecord) -> list[dict[str, Any]]:
     """Every metrics record of a job (for plots: listings read its summary)."""
+    return read_metrics(record.folder)
+
+
+def read_metrics(folder: Path) -> list[dict[str, Any]]:
+    """Every metrics record in the job folder ``folder``, read safely; a line still being written (or one an
+    earlier run was cut in) and lines that are no JSON object are left out."""
     try:
-        with open_job_file(record.folder, METRICS) as f:
+        with open_job_file(folder, METRICS) as f:
             lines = f.read().decode(errors="replace").splitlines()
     except FileNotFoundError:
         return []
@@ -164,9 +170,9 @@ def read_records(record: JobRecord) -> list[dict[str, Any]]:
     for line in lines:
         try:
             records.append(json.loads(line))
-        except json.JSONDecodeError:  # a line still being written
+        except json.JSONDecodeError:
             continue
-    return records
+    return [r for r in records if isinstance(r, dict)]
 
 
 def progress(record: JobRecord) -> dict[str, Any]:
