@@ -3,7 +3,6 @@ and the last jobs list seen on each remote profile (shown, marked as such, while
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -19,7 +18,7 @@ from hpcdl.remote.ssh import Login
 from hpcdl.store.atomic import atomic_write_text
 from hpcdl.store.files import REMOTE, REMOTE_JOB, REMOTE_LISTING, REMOTE_TREE
 from hpcdl.store.folders import store_root
-from hpcdl.store.safety import JOB_ID, UnsafeFolderError, check_job_key, open_folder, read_job_file
+from hpcdl.store.safety import JOB_ID, UnsafeFolderError, check_job_key, open_own_folder, read_job_file
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -45,19 +44,20 @@ def _folder() -> Path:
     when another user made it or may write it)."""
     folder = store_root() / REMOTE.format(uid=os.getuid())
     folder.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(folder, 0o700)
-    os.close(open_folder(folder))
+    fd = open_own_folder(folder, create=True)
+    if fd is None:
+        raise FileNotFoundError(f"{folder}: removed as it was made")
+    os.close(fd)
     return folder
 
 
 def _folder_if_any() -> Optional[Path]:
     """This user's REMOTE folder checked as _folder does, or None when there is none yet."""
     folder = store_root() / REMOTE.format(uid=os.getuid())
-    try:
-        os.close(open_folder(folder))
-    except FileNotFoundError:
+    fd = open_own_folder(folder, create=False)
+    if fd is None:
         return None
+    os.close(fd)
     return folder
 
 

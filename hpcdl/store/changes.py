@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from hpcdl.errors import HpcdlError
-from hpcdl.store.safety import open_folder
+from hpcdl.store.safety import open_own_folder
 
 PREFIX = ".hpcdl-index-"
 MARK = ".changed"
@@ -25,14 +25,7 @@ def index_folder(root: Path) -> Path:
 
 def open_index(root: Path, create: bool) -> Optional[int]:
     """A descriptor of this user's index folder (made when ``create``), checked to be theirs alone."""
-    folder = index_folder(root)
-    if create:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(folder, 0o700)
-    try:
-        return open_folder(folder)
-    except FileNotFoundError:
-        return None
+    return open_own_folder(index_folder(root), create)
 
 
 def note_change(folder: Path) -> None:

@@ -83,6 +83,18 @@ def open_folder(folder: Path, parent_fd: Optional[int] = None) -> int:
     return _open(os.fspath(folder), _FOLDER, stat.S_IFDIR, dir_fd=parent_fd)
 
 
+def open_own_folder(folder: Path, create: bool) -> Optional[int]:
+    """A descriptor of this user's private ``folder`` in a store (made 0700 when ``create`` and missing), checked
+    to be theirs alone as open_folder does; None when it is missing."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, 0o700)
+    try:
+        return open_folder(folder)
+    except FileNotFoundError:
+        return None
+
+
 def check_store(root: Path) -> bool:
     """UnsafeFolderError unless the store folder ``root`` is this user's alone (False) or shared safely (True):
     with the sticky bit (like /tmp: each entry can be renamed or removed only by its owner), or a group's
