@@ -195,9 +195,12 @@ def test_after_the_first_submission_only_changed_files_are_sent_and_the_job_gets
 
     monkeypatch.setattr(remote_client, "pack", lambda stream, folder, names: (sent.append(len(names)),
                                                                               pack(stream, folder, names)))
+    records = client["store"] / f".remote-{os.getuid()}"
+    before = set(records.glob("job-*.json"))
     assert submit_remote(["cluster=site", "script=job.py"]) == 0
     assert sent == [1]  # small.txt alone: big.bin and job.py were kept on the login node
-    second = sorted(client["store"].glob(f".remote-{os.getuid()}/job-*.json"))[-1].stem.removeprefix("job-")
+    (record,) = set(records.glob("job-*.json")) - before  # ids of one second sort by their random part
+    second = record.stem.removeprefix("job-")
     assert second != first
     code = client["remote_store"] / second / "code"
     assert (code / "lib" / "small.txt").read_text() == "two"

@@ -62,9 +62,11 @@ def _preempted(digits_root: Path) -> tuple[Job, str]:
 
 def _requeued_by_an_operator(digits_root: Path) -> Job:
     """scontrol requeue of a running job: Slurm ends it (TERM, then KILL after KillWait) without a checkpoint."""
-    job = _submit(digits_root, "operator-requeued", "training.max_epochs=25")
+    job = _submit(digits_root, "operator-requeued", "training.max_epochs=80")  # ~25 s: it is running when requeued
     _wait_for("checkpoint", job, lambda: _checkpoint_iterations(job.folder))
     subprocess.run(["scontrol", "requeue", job.backend_id], check=True)
+    # Slurm requeues a finished job too: one that ended first would run again only to find its result
+    assert not (job.folder / "final.json").exists(), f"{job.id} ended before the requeue: {job.refresh().state}"
     return job
 
 
