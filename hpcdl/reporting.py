@@ -93,16 +93,25 @@ def report(step: int, loss: Optional[float] = None, *, accuracy: Optional[float]
            epoch: Optional[int] = None, total: Optional[int] = None, **metrics: float) -> None:
     """Record step ``step`` (from 1) of ``total`` (`jobs list`'s percentage, `jobs watch`'s step k/N): its loss,
     accuracy in [0, 1], epoch and any other numbers, each only when given (the plot draws a panel for each)."""
+    taken = sorted(set(metrics) & set(REPORT_FIELDS))
+    if taken:  # they would overwrite the record's own fields
+        raise ValueError(f"hpcdl.report: {', '.join(taken)} {'is a name' if len(taken) == 1 else 'are names'} "
+                         "of hpcdl's own record; report your metric under another name")
     heartbeat.stepped()
-    _append({"kind": "iteration", "epoch": epoch, "iteration": int(step),
+    _append({"kind": "iteration", "epoch": _whole(epoch), "iteration": int(step),
              "loss": None if loss is None else float(loss), "accuracy": None if accuracy is None else float(accuracy),
-             "total": total, **{k: float(v) for k, v in metrics.items()}})
+             "total": _whole(total), **{k: float(v) for k, v in metrics.items()}})
+
+
+def _whole(value: Any) -> Optional[int]:
+    """An epoch or total as JSON holds it: numpy's and torch's integers are plain ints."""
+    return None if value is None else int(value)
 
 
 def report_validation(step: int, loss: float, *, accuracy: Optional[float] = None,
                       epoch: Optional[int] = None) -> None:
     """Record a validation after step ``step`` (dashed points in the plot)."""
-    _append({"kind": "validation", "epoch": epoch, "iteration": int(step), "loss": float(loss),
+    _append({"kind": "validation", "epoch": _whole(epoch), "iteration": int(step), "loss": float(loss),
              "accuracy": None if accuracy is None else float(accuracy)})
 
 

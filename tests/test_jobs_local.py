@@ -239,6 +239,28 @@ def test_user_code_reporting_epochs_from_zero_and_its_own_numbers_is_listed(stor
     assert listing.returncode == 0 and "from-zero" in listing.stdout, listing.stderr
 
 
+def test_user_code_may_report_numpy_and_torch_integers_and_not_a_name_of_the_record(
+        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy
+    import torch
+
+    from hpcdl import reporting
+    from hpcdl.store.metrics import read_metrics
+
+    folder = _finished_training_job(store, "numpy-ints")
+    monkeypatch.setenv("HPCDL_JOB_FOLDER", str(folder))
+    monkeypatch.setenv("RANK", "0")
+    before = len(read_metrics(folder))
+    reporting.report(numpy.int64(1), torch.tensor(0.5), epoch=numpy.int32(0), total=torch.tensor(2), lr=numpy.float32(1))
+    reporting.report_validation(torch.tensor(1), numpy.float64(0.25), epoch=torch.tensor(0))
+    with pytest.raises(ValueError, match="kind is a name of hpcdl's own record"):
+        reporting.report(2, 0.4, kind=1.0)
+    reporting.close_metrics()
+    records = read_metrics(folder)[before:]
+    assert [(r["kind"], r["iteration"], r["epoch"], r.get("total")) for r in records] == [
+        ("iteration", 1, 0, 2), ("validation", 1, 0, None)]
+
+
 def test_a_rank_done_in_a_run_slurm_ended_does_not_complete_the_next_run(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
