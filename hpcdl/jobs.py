@@ -425,11 +425,15 @@ def _sweep_table(job: Any) -> None:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     from hpcdl.lifecycle.job import Job
+    from hpcdl.store.states import FINAL_STATES
     from hpcdl.store.sweeps import SWEEP
 
     job = Job.attach(args.id)
     if args.point is not None:
         return cancel_point(job, args.point, args.timeout)
+    if job.manifest.get("kind") != SWEEP and job.refresh().state in FINAL_STATES:
+        print(f"{job.id} had already ended {job.state}: nothing to cancel")
+        return 0
     if job.cancel():
         print(f"removed {job.id}: its submission had been interrupted, none of its points ran")
         return 0

@@ -105,6 +105,14 @@ def test_cancel_ends_a_running_local_job(store: Path) -> None:
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
 
 
+def test_cancel_of_a_job_that_ended_says_so_and_keeps_its_state(store: Path) -> None:
+    job = hpcdl.batch(add, 1, 2, cluster="local")
+    assert job.wait(timeout=120) == "COMPLETED"
+    cancelled = _cli("hpcdl.jobs", "cancel", job.id)
+    assert (cancelled.returncode, cancelled.stdout) == (0, f"{job.id} had already ended COMPLETED: nothing to cancel\n")
+    assert job.refresh().state == "COMPLETED" and job.result() == 3
+
+
 def test_logs_and_listings_say_why_there_is_nothing_to_show(store: Path) -> None:
     job = hpcdl.batch(add, 2, 40, cluster="local")
     assert job.wait(timeout=120) == "COMPLETED"
