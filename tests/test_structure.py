@@ -3,7 +3,7 @@
 Each package of hpcdl/ (``store``, ``cluster``, ...) and each top-level module (``plan``, ``worker``, ...) is one
 unit; an import anywhere in a file (inside a function or under TYPE_CHECKING too) is an arrow from its unit to the
 imported one. The units stand in LAYERS, lowest first: an arrow may point down or across a layer, never up, and
-no arrows may close a circle.
+no arrows may close a circle; nor may the modules' own arrows, inside a package or between them.
 """
 
 from __future__ import annotations
@@ -133,6 +133,24 @@ def test_no_arrow_from_a_lower_layer_to_a_higher_one() -> None:
     upward = {f"{source} -> {target}": places for (source, target), places in unit_arrows().items()
               if LAYER[source] < LAYER[target]}
     assert upward == {}
+
+
+def module_arrows() -> dict[tuple[str, str], list[str]]:
+    """(from module, to module) -> the places of the imports that draw the arrow, between the modules of hpcdl
+    (a name imported from a module is an arrow to that module)."""
+    modules = {_module(path) for path in PACKAGE.rglob("*.py")}
+    arrows: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = _module(path)
+        for name, line in _imported(path):
+            target = name if name in modules else name.rpartition(".")[0]
+            if target in modules and target != source:
+                arrows.setdefault((source, target), []).append(f"{path.relative_to(PACKAGE.parent)}:{line}")
+    return arrows
+
+
+def test_no_import_circle_between_the_modules_of_a_package() -> None:
+    assert circles(module_arrows()) == []
 
 
 def test_the_store_imports_nothing_of_hpcdl_but_errors_and_host() -> None:
