@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from hpcdl.cluster import WORKER, Backend, backend_for
-from hpcdl.distributed.restarts import (how_run_ended, is_earlier_runs_failure, record_failure, record_final,
-                                   recorded_final, requeued_since_start, this_job, this_run,
-                                   withdraw_earlier_failure)
+from hpcdl.distributed.restarts import (is_earlier_runs_failure, record_failure, record_final, recorded_final,
+                                        withdraw_earlier_failure)
 from hpcdl.distributed import failures, hangs, heartbeat, pace, stacks
 from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank, node_name
 from hpcdl.errors import FolderGoneError
@@ -104,19 +103,20 @@ def _enforce_local_time_limit(folder: Path, plan: JobPlan) -> None:
 
 
 def _after_stop(folder: Path, plan: JobPlan, backend: Backend, stop: StopRequested, job_id: str) -> None:
-    """The ranks stopped on the signal with a checkpoint: on Slurm the lead requeues the job while requeues
-    are left (it goes on from the checkpoint); otherwise the job ends in its backend's stop state (TIMEOUT for
-    a local job, STOPPED)."""
+    """The ranks stopped on the signal with a checkpoint: under a scheduler the lead requeues the job while
+    requeues are left (it goes on from the checkpoint); otherwise the job ends in its backend's stop state (TIMEOUT
+    for a local job, STOPPED)."""
     if global_rank() != plan.lead_rank:
         return
-    restarts = this_run()
-    slurm_job = this_job()
+    restarts = backend.this_run()
+    slurm_job = backend.this_job()
     event = {"at": time.time(), "iteration": stop.iteration, "restarts": restarts, "slurm_job": slurm_job}
     status = read_json(folder / STATUS) or {}
     if slurm_job and restarts < plan.cluster.max_requeues:
         refused = backend.requeue(slurm_job)
-        # refused where Slurm has requeued the job itself (a preemption with PreemptMode=REQUEUE and no grace)
-        by = "" if refused is None else " by Slurm" if requeued_since_start() else None
+        # refused where the scheduler has requeued the job itself (Slurm: a preemption with PreemptMode=REQUEUE
+        # and no grace)
+        by = "" if refused is None else f" by {backend.scheduler}" if backend.requeued_since_start() else None
         if by is not None:
             write_status(folder, REQUEUED, events=[*status.get("events", []), {**event, "event": "requeued"}])
             print(f"[hpcdl] {stop}; requeued{by} (restart {restarts + 1} of at most {plan.cluster.max_requeues})",
@@ -126,20 +126,22 @@ def _after_stop(folder: Path, plan: JobPlan, backend: Backend, stop: StopRequest
     state = backend.stop_state
     write_status(folder, status.get("state", RUNNING), events=[*status.get("events", []),
                                                                  {**event, "event": "stopped"}])
-    record_final(folder, state, iteration=stop.iteration,
+    record_final(folder, backend, state, iteration=stop.iteration,
                 reason=f"{stop}; go on with python -m hpcdl.jobs resume {job_id}")
 
 
-def _events_with_restart(folder: Path, restarts: int, earlier_failure: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The job's events, with this start noted when Slurm requeued the job without hpcdl asking (a preemption
-    without grace, a node failure, an operator's scontrol requeue): how the last run ended, from which
+def _events_with_restart(folder: Path, backend: Backend, earlier_failure: dict[str, Any] | None
+                         ) -> list[dict[str, Any]]:
+    """The job's events, with this start noted when the scheduler requeued the job without hpcdl asking (a
+    preemption without grace, a node failure, an operator's requeue): how the last run ended, from which
     checkpoint it goes on, and what a rank that outlived that run recorded."""
     events = (read_json(folder / STATUS) or {}).get("events", [])
-    if restarts == 0 or any(e.get("restarts") == restarts - 1 and e.get("slurm_job") == this_job() for e in events):
+    restarts, job = backend.this_run(), backend.this_job()
+    if restarts == 0 or any(e.get("restarts") == restarts - 1 and e.get("slurm_job") == job for e in events):
         return events  # hpcdl requeued it itself
     checkpoints = checkpoint_files(folder / CHECKPOINTS)
     event = {"event": "restarted", "at": time.time(), "iteration": checkpoints[-1][0] if checkpoints else 0,
-             "restarts": restarts - 1, "slurm_job": this_job(), "slurm": how_run_ended(restarts - 1) or UNKNOWN}
+             "restarts": restarts - 1, "slurm_job": job, "slurm": backend.how_run_ended(restarts - 1) or UNKNOWN}
     if earlier_failure is not None:
         event["failure"] = earlier_failure.get("reason", "")
     return [*events, event]
@@ -192,10 +194,11 @@ def run_job(folder: str) -> None:
     manifest = _handed_over(path, manifest)
     if manifest is None:  # a sweep's point whose submission was interrupted: it never runs
         return
-    final = recorded_final(path)  # read once: the lead may withdraw an earlier run's failure meanwhile
-    if final is not None and not is_earlier_runs_failure(final):  # cancelled while it was being submitted
-        return
     plan = JobPlan.from_dict(manifest["plan"])  # checked at submission: nothing is validated again here
+    backend = backend_for(plan.cluster.backend)
+    final = recorded_final(path)  # read once: the lead may withdraw an earlier run's failure meanwhile
+    if final is not None and not is_earlier_runs_failure(final, backend):  # cancelled while being submitted
+        return
     run_from_snapshot(path, manifest)
     os.environ["HPCDL_JOB_FOLDER"] = str(path)
     os.environ.setdefault("HPCDL_COLLECTIVE_TIMEOUT_S", str(plan.cluster.collective_timeout_s))
@@ -208,10 +211,12 @@ def run_job(folder: str) -> None:
     cache = compile_cache(path.parent)
     if cache is not None:  # torch.compile's kernels, reused by this user's other tasks and the job's resumes
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache))
-    backend = backend_for(plan.cluster.backend)
     first_process = backend.starts_ranks and not launched_as_rank
-    if first_process:  # tells this run's heartbeats and stop flags from an earlier run's (Slurm: job id, restart)
-        os.environ[heartbeat.RUN_TOKEN] = uuid.uuid4().hex
+    # tells this run's heartbeats and stop flags from an earlier run's: the ranks a scheduler starts share its
+    # job id and restart count; those this process starts inherit its own
+    os.environ[heartbeat.RUN_TOKEN] = (uuid.uuid4().hex if first_process else os.environ.get(heartbeat.RUN_TOKEN)
+                                       or f"{backend.this_job() or ''}.{backend.this_run()}")
+    if first_process:
         become_subreaper()  # a detached child ends with the job (cancel, time limit), as under Slurm's cgroups
     if plan.world_size > 1 and first_process:
         _enforce_local_time_limit(path, plan)
@@ -222,11 +227,10 @@ def run_job(folder: str) -> None:
         _enforce_local_time_limit(path, plan)
     if lead:
         remove_stale_temporaries(path)
-        restarts = this_run()
-        earlier_failure = withdraw_earlier_failure(path)  # a rank that outlived the last run; this one goes on
+        earlier_failure = withdraw_earlier_failure(path, backend)  # a rank that outlived the last run: this goes on
         write_status(path, RUNNING, started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
-                     slurm_job_id=this_job(), restarts=restarts,
-                     events=_events_with_restart(path, restarts, earlier_failure))
+                     slurm_job_id=backend.this_job(), restarts=backend.this_run(),
+                     events=_events_with_restart(path, backend, earlier_failure))
     if plan.kind == "script":
         from hpcdl.usercode import listen_for_script_stop
 
@@ -236,11 +240,11 @@ def run_job(folder: str) -> None:
     _preflight(path, plan, backend)
     if plan.world_size > 1 and plan.cluster.heartbeat_timeout_s:
         heartbeat.start(path, global_rank(), plan.world_size, plan.lead_rank, plan.cluster.heartbeat_timeout_s,
-                        plan.cluster.heartbeat_startup_s)
+                        plan.cluster.heartbeat_startup_s, backend)
         if lead and plan.cluster.hang_timeout_s:
             hangs.start(path, plan.world_size, global_rank(), heartbeat.run_token(), plan.cluster.hang_timeout_s,
                         plan.cluster.hang_startup_s if plan.kind == "train" else None,
-                        heartbeat.interval_for(plan.cluster.hang_timeout_s))
+                        heartbeat.interval_for(plan.cluster.hang_timeout_s), backend)
     stacks.serve(path, global_rank())
     pace.start(path, global_rank(), heartbeat.run_token(), plan.cluster.straggler_window_s)
     try:
@@ -256,13 +260,13 @@ def run_job(folder: str) -> None:
         kind, message = (kind, message) if kind else (type(e).__name__, str(e))
         failures.record(path, global_rank(), kind, message, own, run=heartbeat.run_token())
         with contextlib.suppress(FolderGoneError):  # a deleted job folder is not written again
-            record_failure(path, f"rank {global_rank()}: {kind}: {message}",  # whichever rank fails first
+            record_failure(path, backend, f"rank {global_rank()}: {kind}: {message}",  # whichever rank fails first
                            rank=global_rank(), rank_host=node_name(), traceback=own)
         raise
     heartbeat.finish()
     pace.finish()
-    if _all_ranks_done(path, plan):
-        record_final(path, COMPLETED)
+    if _all_ranks_done(path, plan, backend):
+        record_final(path, backend, COMPLETED)
 
 
 PREFLIGHT_REQUEUE_WAIT_S = 300.0
@@ -288,15 +292,15 @@ def _preflight(folder: Path, plan: JobPlan, backend: Backend) -> None:
     reason = preflight.failure_words(node, checks)
     with contextlib.suppress(OSError, ValueError):
         remember(folder.parent, node, reason, cluster.preflight_hold_s)
-    job = this_job()
-    refused = backend.requeue_excluding(job, node) if job and this_run() == 0 else "not queued again"
+    job = backend.this_job()
+    refused = backend.requeue_excluding(job, node) if job and backend.this_run() == 0 else "not queued again"
     preflight.write_result(folder, node, checks, time.monotonic() - started, excluded=refused is None,
-                           restarts=this_run(), slurm_job=job)
+                           restarts=backend.this_run(), slurm_job=job)
     if refused is None:
         print(f"[hpcdl] {reason}; the job is queued again without {node}", file=sys.stderr, flush=True)
         time.sleep(PREFLIGHT_REQUEUE_WAIT_S)  # Slurm ends this run meanwhile
     with contextlib.suppress(FolderGoneError):
-        record_failure(folder, reason, rank=global_rank(), rank_host=node)
+        record_failure(folder, backend, reason, rank=global_rank(), rank_host=node)
     print(f"[hpcdl] {reason}", file=sys.stderr, flush=True)
     sys.exit(1)
 
@@ -330,16 +334,17 @@ def _handed_over(folder: Path, manifest: dict[str, Any]) -> dict[str, Any] | Non
     return manifest if ready else None
 
 
-def _all_ranks_done(folder: Path, plan: JobPlan) -> bool:
+def _all_ranks_done(folder: Path, plan: JobPlan, backend: Backend) -> bool:
     """Note that this rank returned; True for the rank that completes the set (the job is done only then).
 
-    The marks carry the run (Slurm's restart count): a rank of a run that Slurm ended does not count for the next.
+    The marks carry the run (the scheduler's restart count): a rank of a run the scheduler ended does not count
+    for the next.
     """
     if plan.world_size == 1:
         return True
     done = folder / RANKS_DONE
     done.mkdir(mode=0o700, exist_ok=True)
-    run = this_run()
+    run = backend.this_run()
     (done / f"{run}.{global_rank()}").touch()
     return len([mark for mark in done.iterdir() if mark.name.startswith(f"{run}.")]) >= plan.world_size
 

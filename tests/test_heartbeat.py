@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcdl.cluster import backend_for
 from hpcdl.distributed import heartbeat
 from hpcdl.store.files import FINAL, HEARTBEATS, METRICS
 
@@ -28,7 +29,8 @@ def _beat(folder: Path, rank: int, **fields) -> None:  # noqa: ANN003
 
 
 def test_the_watcher_names_the_first_rank_past_its_timeout(tmp_path: Path) -> None:
-    watcher = heartbeat.Watcher(tmp_path, tmp_path / HEARTBEATS, 4, 0, "this", timeout_s=0.3, startup_s=1.2)
+    watcher = heartbeat.Watcher(tmp_path, tmp_path / HEARTBEATS, 4, 0, "this", timeout_s=0.3, startup_s=1.2,
+                                runs=backend_for("local"))
     _beat(tmp_path, 0)
     _beat(tmp_path, 1, stepped=False)  # still starting: the long allowance
     _beat(tmp_path, 2, done=True)  # returned: no more heartbeats expected

@@ -104,7 +104,9 @@ def test_a_job_running_through_a_slurmctld_restart_finishes_and_lists_right(stor
 
 
 def test_a_job_slurm_has_requeued_itself_is_told_from_one_that_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpcdl.distributed.restarts import how_run_ended, requeued_since_start
+    from hpcdl.cluster import backend_for
+
+    slurm = backend_for("slurm")  # a rank's questions, asked here with the job's variables set
 
     jobs = [subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 60"], capture_output=True,
                            text=True, check=True).stdout.strip() for _ in range(2)]
@@ -112,7 +114,7 @@ def test_a_job_slurm_has_requeued_itself_is_told_from_one_that_runs(monkeypatch:
     def seen_from(job: str, run: int) -> bool:
         monkeypatch.setenv("SLURM_JOB_ID", job)
         monkeypatch.setenv("SLURM_RESTART_COUNT", str(run))
-        return requeued_since_start()
+        return slurm.requeued_since_start()
 
     try:
         deadline = time.monotonic() + 60
@@ -124,9 +126,9 @@ def test_a_job_slurm_has_requeued_itself_is_told_from_one_that_runs(monkeypatch:
         assert seen_from(jobs[0], 0)
         assert not seen_from(jobs[1], 0)  # still this run
         assert not seen_from(jobs[0], 1)  # the run Slurm started again
-        while how_run_ended(0) != "REQUEUED":  # the accounting record of the first run comes a little later
-            assert time.monotonic() < deadline + 30, how_run_ended(0)
+        while slurm.how_run_ended(0) != "REQUEUED":  # the accounting record of the first run comes a little later
+            assert time.monotonic() < deadline + 30, slurm.how_run_ended(0)
             time.sleep(0.5)
-        assert how_run_ended(5) is None
+        assert slurm.how_run_ended(5) is None
     finally:
         subprocess.run(["scancel", *jobs], check=True)

@@ -115,3 +115,50 @@ def test_no_code_outside_the_backends_asks_which_backend_it_has() -> None:
                 if names & constants:
                     asked.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert asked == []
+
+
+SWEEP_APP = '''
+import time
+
+import hydra
+
+
+@hydra.main(version_base=None, config_path=".", config_name="config")
+def main(cfg):
+    time.sleep(cfg.nap)
+    if cfg.x == 2:
+        raise ValueError(f"point x={cfg.x} fails on purpose")
+    return cfg.x * cfg.x
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_sweep_runs_its_points_under_one_spawned_runner_judged_by_its_command_line(store: Path,
+                                                                                      tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("x: 0\nnap: 0\n")
+    (tmp_path / "app.py").write_text(SWEEP_APP)
+    done = subprocess.run([sys.executable, "app.py", "-m", "hydra/launcher=hpcdl", "hydra.launcher.cluster=spawn",
+                           "hydra.launcher.parallelism=1", "x=0,1,2", "nap=2"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    found = re.search(r"Submitted sweep (\S+):", done.stdout)
+    assert done.returncode == 0 and found, done.stdout + done.stderr
+    sweep = found.group(1)
+    record = hpcdl.Job.attach(sweep).refresh()
+    assert backend_for("spawn").live_states([record]) == {sweep: "RUNNING"}  # one point at a time: 6 s at least
+    waited = _cli("hpcdl.jobs", "wait", sweep, check=False).stdout
+    assert waited.splitlines()[-1] == "FAILED" and "3 of 3 points done (2 COMPLETED, 1 FAILED)" in waited, waited
+    runner = record.backend_id
+    assert re.fullmatch(rf"\d+@{re.escape(socket.gethostname())}", runner), runner
+    deadline = time.monotonic() + 30
+    while backend_for("spawn").live_states([record]) and time.monotonic() < deadline:  # the runner ends after its
+        time.sleep(0.2)  # last point
+    assert backend_for("spawn").live_states([record]) == {}
+    assert {hpcdl.Job.attach(f"{sweep}_{x}").refresh().backend_id for x in range(3)} == {runner}
+    shown = _cli("hpcdl.jobs", "show", sweep).stdout
+    for x in (0, 1):
+        assert re.search(rf"^{x}\s+x={x}\s+COMPLETED\s.*\s{x * x}$", shown, re.M), shown
+    assert f"point 2 ({sweep}_2) FAILED: rank 0: ValueError: point x=2 fails on purpose" in shown, shown
+    assert re.search(rf"^{sweep}\s+\S+\s+spawn\s+FAILED\s", _cli("hpcdl.jobs", "list").stdout, re.M)

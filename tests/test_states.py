@@ -426,26 +426,29 @@ def test_a_job_folder_deleted_mid_training_is_not_made_again(tmp_path: Path, blo
 
 def test_only_an_earlier_runs_failure_of_the_same_slurm_job_is_withdrawn_by_a_restart(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcdl.cluster import backend_for
     from hpcdl.distributed.restarts import record_failure, withdraw_earlier_failure
+
+    slurm = backend_for("slurm")  # its answers come from the job's environment and scontrol
 
     monkeypatch.setenv("PATH", "/nonexistent")  # no scontrol: the job cannot be seen queued again
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
-    assert record_failure(tmp_path, "rank 1: lost its peer", rank=1)
-    assert not record_failure(tmp_path, "rank 0: a second failure")  # the first holds
-    assert withdraw_earlier_failure(tmp_path) is None  # this run's own failure stays
+    assert record_failure(tmp_path, slurm, "rank 1: lost its peer", rank=1)
+    assert not record_failure(tmp_path, slurm, "rank 0: a second failure")  # the first holds
+    assert withdraw_earlier_failure(tmp_path, slurm) is None  # this run's own failure stays
     monkeypatch.setenv("SLURM_JOB_ID", "78")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
-    assert withdraw_earlier_failure(tmp_path) is None  # another Slurm job's (after jobs resume) stays
+    assert withdraw_earlier_failure(tmp_path, slurm) is None  # another Slurm job's (after jobs resume) stays
     monkeypatch.setenv("SLURM_JOB_ID", "77")
-    withdrawn = withdraw_earlier_failure(tmp_path)  # the restarted run of job 77
+    withdrawn = withdraw_earlier_failure(tmp_path, slurm)  # the restarted run of job 77
     assert withdrawn is not None and withdrawn["reason"] == "rank 1: lost its peer"
     assert not (tmp_path / "final.json").exists()
     write_final(tmp_path, "CANCELLED", reason="cancelled with hpcdl")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
-    assert withdraw_earlier_failure(tmp_path) is None  # a cancel is never undone
+    assert withdraw_earlier_failure(tmp_path, slurm) is None  # a cancel is never undone
     (tmp_path / "final.json").write_text("{damaged")  # a final state all the same: kept, never replaced
-    assert not record_failure(tmp_path, "rank 0: fails") and withdraw_earlier_failure(tmp_path) is None
+    assert not record_failure(tmp_path, slurm, "rank 0: fails") and withdraw_earlier_failure(tmp_path, slurm) is None
     assert (tmp_path / "final.json").read_text() == "{damaged"
 
 

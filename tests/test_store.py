@@ -17,7 +17,8 @@ from hpcdl.config.environment import exported_environment, job_environment
 from hpcdl.config.cluster import ClusterConfig, time_limit_minutes, time_limit_seconds
 from hpcdl.plan import JobPlan
 from hpcdl.cluster.slurm import sbatch_script
-from hpcdl.store.folders import find, new_job_folder, new_named_folder, scan, write_json
+from hpcdl.store.folders import new_job_folder, new_named_folder, write_json
+from hpcdl.store.listing import find, scan
 from hpcdl.store.safety import UnsafeFolderError, read_job_file
 from tests.conftest import job_folders
 

@@ -3,7 +3,7 @@
 Each package of hpcdl/ (``store``, ``cluster``, ...) and each top-level module (``plan``, ``worker``, ...) is one
 unit; an import anywhere in a file (inside a function or under TYPE_CHECKING too) is an arrow from its unit to the
 imported one. The units stand in LAYERS, lowest first: an arrow may point down or across a layer, never up, and
-no arrows may close a circle.
+no arrows may close a circle; nor may the modules' own arrows, inside a package or between them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models",),  # the registry of built-in networks (names; torch only once one is built)
     ("config",),  # the typed tree, composition, help
     ("data",),  # rank side: datastores, batches, augmentation
-    ("distributed",),  # rank side: discovery, process groups, heartbeats, a Slurm run's restarts; the share rules
+    ("distributed",),  # rank side: discovery, process groups, heartbeats, a job's runs; the share rules
     ("plan",),  # resolve(config) -> JobPlan: what the ranks run
     ("train",),  # rank side: the loop and its parts; run_training(plan, folder)
     ("snapshot", "resumable", "reporting"),  # what a rank's (user) code calls, and the code snapshot it runs
@@ -135,6 +135,24 @@ def test_no_arrow_from_a_lower_layer_to_a_higher_one() -> None:
     assert upward == {}
 
 
+def module_arrows() -> dict[tuple[str, str], list[str]]:
+    """(from module, to module) -> the places of the imports that draw the arrow, between the modules of hpcdl
+    (a name imported from a module is an arrow to that module)."""
+    modules = {_module(path) for path in PACKAGE.rglob("*.py")}
+    arrows: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = _module(path)
+        for name, line in _imported(path):
+            target = name if name in modules else name.rpartition(".")[0]
+            if target in modules and target != source:
+                arrows.setdefault((source, target), []).append(f"{path.relative_to(PACKAGE.parent)}:{line}")
+    return arrows
+
+
+def test_no_import_circle_between_the_modules_of_a_package() -> None:
+    assert circles(module_arrows()) == []
+
+
 def test_the_store_imports_nothing_of_hpcdl_but_errors_and_host() -> None:
     assert {target for source, target in unit_arrows() if source == "store"} <= {"errors", "host"}
 
@@ -195,13 +213,21 @@ def test_every_state_name_is_defined_in_states_py() -> None:
 
 BACKEND_NAMES = {"local", "slurm"}
 SCHEDULER_COMMANDS = {"sbatch", "srun", "scancel", "squeue", "sacct", "sacctmgr", "scontrol", "sinfo"}
+SCHEDULER_VARIABLE = re.compile(r"\bSLURM_[A-Z]")
+"""A literal naming one of Slurm's environment variables (SLURM_JOB_ID, SLURM_RESTART_COUNT, ...)."""
 ASKS_OUTSIDE_CLUSTER = {
-    "hpcdl/config/cluster.py": "a local profile's own checks (no Slurm settings, one node), with the config",
-    "hpcdl/plan.py": "a local profile's GPUs are this machine's: checked when the plan is made, below the backends",
-    "hpcdl/distributed/env.py": "rank side: a Slurm rank finds its first node's address (scontrol show node)",
-    "hpcdl/distributed/restarts.py": "rank side: whether Slurm has queued this run's job again, how its run ended",
+    "hpcdl/config/cluster.py": "SLURM_CONF among the variables a job takes from the submitting shell by default "
+                               "(a name the profile passes on, never read here)",
+    "hpcdl/distributed/env.py": "rank side: a rank that srun started finds its rank, world and first node's "
+                                "address from srun's task variables (scontrol show node), as one that mpirun "
+                                "started does from Open MPI's: the launcher's variables, read where the others are",
+    "hpcdl/data/loader.py": "rank side: the default background workers are the CPUs Slurm gave the task "
+                            "(SLURM_CPUS_PER_TASK), fewer than the affinity mask shows where Slurm does not bind",
+    "hpcdl/sweep/runner.py": "packed points run inside one Slurm array task's step: its CPUs (SLURM_CPUS_PER_TASK) "
+                             "are shared out, and srun's task variables are taken from each point, which is a "
+                             "job of its own",
 }
-"""The places outside cluster/ that still know a backend, each with why."""
+"""The places outside cluster/ that still know a backend or read its variables, each with why."""
 
 
 def test_no_code_outside_cluster_asks_which_backend_it_has() -> None:
@@ -217,4 +243,19 @@ def test_no_code_outside_cluster_asks_which_backend_it_has() -> None:
             if any(isinstance(side, ast.Constant) and side.value in BACKEND_NAMES for side in compared):
                 asked.append(f"{place}:{node.lineno}: compares a backend's name")
         asked += [f"{place}:{line}: runs {value!r}" for value, line in _literals(path) if value in SCHEDULER_COMMANDS]
+        asked += [f"{place}:{line}: reads {value!r}" for value, line in _literals(path)
+                  if SCHEDULER_VARIABLE.search(value)]
     assert asked == []
+
+
+def test_the_exceptions_outside_cluster_are_still_needed() -> None:
+    """Each file ASKS_OUTSIDE_CLUSTER lets through still runs a scheduler's command, reads its variables or
+    compares a backend's name: an exception that is no longer taken is taken off the list."""
+    for place in ASKS_OUTSIDE_CLUSTER:
+        path = PACKAGE.parent / place
+        values = [value for value, _ in _literals(path)]
+        tree = ast.parse(path.read_text(), place)
+        names = [node.value for node in ast.walk(tree) if isinstance(node, ast.Compare)
+                 for node in [node.left, *node.comparators] if isinstance(node, ast.Constant)]
+        assert (any(value in SCHEDULER_COMMANDS or SCHEDULER_VARIABLE.search(value) for value in values)
+                or any(name in BACKEND_NAMES for name in names)), f"{place} no longer needs its exception"

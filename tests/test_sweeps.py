@@ -179,6 +179,7 @@ def test_a_restarted_array_task_runs_again_the_points_its_earlier_run_left_witho
     """After Slurm queues a packed array task again (restart 1), a point whose process ended without a result in
     run 0 goes on (its worker withdraws that failure); one that completed, was cancelled, failed with an error
     or failed in another Slurm job does not."""
+    from hpcdl.cluster import backend_for
     from hpcdl.store.status import write_final
     from hpcdl.sweep.runner import _to_run
 
@@ -193,19 +194,19 @@ def test_a_restarted_array_task_runs_again_the_points_its_earlier_run_left_witho
         (tmp_path / name).mkdir()
         write_final(tmp_path / name, state, reason="r", **fields)
     (tmp_path / "waiting").mkdir()
-    assert {name for name in [*finals, "waiting"] if _to_run(tmp_path / name)} == {"left-without-a-result", "waiting"}
+    assert {name for name in [*finals, "waiting"] if _to_run(tmp_path / name, backend_for("slurm"))} == {"left-without-a-result", "waiting"}
 
 
 @pytest.mark.parametrize("requeued", [False, True])
 def test_a_point_process_that_dies_is_failed_unless_slurm_has_queued_the_task_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, requeued: bool) -> None:
-    import hpcdl.distributed.restarts
+    from hpcdl.cluster.slurm import SlurmBackend
     from hpcdl.sweep.runner import Runner
 
-    monkeypatch.setattr(hpcdl.distributed.restarts, "requeued_since_start", lambda: requeued)
+    monkeypatch.setattr(SlurmBackend, "requeued_since_start", lambda self: requeued)
     point = tmp_path / "point"
     point.mkdir()
-    runner = Runner([], slots=1, threads=1, gpus=[], packed=True)
+    runner = Runner([], slots=1, threads=1, gpus=[], packed=True, runs=SlurmBackend())
     process = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
     process.wait()
     runner.running[process] = (point, [])
@@ -219,12 +220,13 @@ def test_a_point_process_that_dies_is_failed_unless_slurm_has_queued_the_task_ag
 
 
 def test_a_point_that_dies_over_a_damaged_final_state_leaves_it_and_the_runner_goes_on(tmp_path: Path) -> None:
+    from hpcdl.cluster import backend_for
     from hpcdl.sweep.runner import Runner
 
     point = tmp_path / "point"
     point.mkdir()
     (point / "final.json").write_text("{damaged")
-    runner = Runner([], slots=1, threads=1, gpus=[], packed=False)
+    runner = Runner([], slots=1, threads=1, gpus=[], packed=False, runs=backend_for("local"))
     process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     process.wait()
     runner.running[process] = (point, [])

@@ -4,7 +4,7 @@ A backend is the module ``hpcdl/cluster/<name>.py`` exporting ``BACKEND`` (its c
 profile's ``backend`` holds; its config group is a profile ``hpcdl/conf/cluster/<name>.yaml`` naming it.
 Code outside this package never asks which backend it has: it calls ``backend_for(name)`` and uses the
 ``Backend`` protocol. A backend starts a job's worker by its module name (WORKER), never by importing it:
-the worker sits above the backends and asks its own (requeue, how a stopped job ends).
+the worker sits above the backends and asks its own (requeue, how a stopped job ends, the job's runs).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Protocol
 
+from hpcdl.distributed.restarts import JobRuns
 from hpcdl.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -25,9 +26,10 @@ WORKER = "hpcdl.worker"
 """The module a backend starts for a job folder (``python -m hpcdl.worker FOLDER``: hpcdl.worker.run_job)."""
 
 
-class Backend(Protocol):
+class Backend(JobRuns, Protocol):
     """What every backend does: check a profile, show and submit a job, report states, cancel, find logs; and
-    in the job, what its worker asks of the scheduler."""
+    in the job, what its worker and ranks ask of the scheduler (requeue; this run, the job's id, whether it was
+    queued again and how an earlier run ended: ``JobRuns``)."""
 
     name: str
     starts_ranks: bool

@@ -44,6 +44,7 @@ class LocalBackend:
     """Detached background processes, one per job."""
 
     name = "local"
+    scheduler = "this machine"
     starts_ranks = True
     stop_state = TIMEOUT  # a local job's stop signal is the warning before its own time limit
     sweep_runner = True
@@ -175,5 +176,21 @@ class LocalBackend:
     def requeue_excluding(self, job: str, node: str) -> Optional[str]:
         """Never: a local job has this machine alone."""
         return f"a local job cannot move off {node}"
+
+    def this_run(self) -> int:
+        """Always the first: a local job is never queued again (``jobs resume`` starts a new job)."""
+        return 0
+
+    def this_job(self) -> Optional[str]:
+        """None: the worker is given no scheduler's id."""
+        return None
+
+    def requeued_since_start(self) -> bool:
+        """Never."""
+        return False
+
+    def how_run_ended(self, run: int) -> Optional[str]:
+        """None: there is no scheduler's account of an earlier run."""
+        return None
 
 BACKEND = LocalBackend

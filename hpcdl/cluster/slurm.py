@@ -8,6 +8,7 @@ variables travel with the job (``--export``), never the whole environment.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import getpass
 import importlib
 import os
@@ -29,7 +30,7 @@ from hpcdl.store.badnodes import remembered
 from hpcdl.store.atomic import atomic_write_text
 from hpcdl.store.files import LOGS, stream_log
 from hpcdl.store.folders import JobRecord
-from hpcdl.store.states import PENDING, STOPPED
+from hpcdl.store.states import NODE_FAIL, PENDING, STOPPED
 from hpcdl.store.sweeps import runs_under_runner
 from hpcdl.train.stopping import STOP_SIGNAL
 
@@ -48,6 +49,15 @@ def _run(command: list[str], timeout_s: float = QUERY_TIMEOUT_S) -> str:
     if done.returncode != 0:
         raise SubmissionError(f"{shlex.join(command)} failed: {done.stderr.strip() or done.stdout.strip()}")
     return done.stdout
+
+
+def _ask(command: list[str]) -> str:
+    """A Slurm client command's output, asked from inside a job; empty when it cannot be run or fails."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
 
 
 def _queued(slurm_id: str) -> bool:
@@ -293,6 +303,7 @@ class SlurmBackend:
     """sbatch through submitit's SlurmExecutor."""
 
     name = "slurm"
+    scheduler = "Slurm"
     starts_ranks = False
     stop_state = STOPPED
     sweep_runner = False
@@ -467,5 +478,42 @@ class SlurmBackend:
                 return None
             time.sleep(1)
         return f"scontrol update ExcNodeList failed: {done.stderr.strip()}"
+
+    def this_run(self) -> int:
+        """SLURM_RESTART_COUNT: raised each time Slurm queues the job again (0 for a first run)."""
+        return int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+
+    def this_job(self) -> Optional[str]:
+        """SLURM_JOB_ID (an array task's own id); None outside a Slurm job."""
+        return os.environ.get("SLURM_JOB_ID")
+
+    def requeued_since_start(self) -> bool:
+        """Whether scontrol shows the job's restart count past this run's."""
+        job = self.this_job()
+        if not job:
+            return False
+        found = re.search(r"\bRestarts=(\d+)", _ask(["scontrol", "show", "job", job]))
+        return found is not None and int(found.group(1)) > self.this_run()
+
+    def how_run_ended(self, run: int) -> Optional[str]:
+        """The run's state in sacct's accounting; a node failure with the nodes sacctmgr's events mark down
+        meanwhile."""
+        job = self.this_job()
+        if not job:
+            return None
+        runs = _ask(["sacct", "-D", "-X", "-n", "-P", "-o", "State,Start,End,NodeList", "-j", job]).splitlines()
+        if run >= len(runs) or runs[run].count("|") != 3:
+            return None
+        state, start, end, nodes = runs[run].split("|")
+        state = state.split()[0]
+        if state != NODE_FAIL:
+            return state
+        with contextlib.suppress(ValueError):  # the node is marked down as the run ends: a minute's margin
+            end = (datetime.datetime.fromisoformat(end) + datetime.timedelta(minutes=1)).isoformat(timespec="seconds")
+        events = _ask(["sacctmgr", "-n", "-P", "show", "event", f"start={start}", f"end={end}", f"nodes={nodes}",
+                       "format=NodeName,Reason"])
+        down = sorted({line.replace("|", ": ", 1) for line in events.splitlines() if line.split("|")[0]})
+        return f"{state} ({', '.join(down)})" if down else state
+
 
 BACKEND = SlurmBackend

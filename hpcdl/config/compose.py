@@ -10,7 +10,7 @@ import typing
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from hpcdl.config import Config
+from hpcdl.config.root import Config, sections
 from hpcdl.config.fields import unknown_key_message
 from hpcdl.config.targets import TARGET, TARGET_SECTIONS, target_overrides
 from hpcdl.errors import ConfigError
@@ -109,8 +109,6 @@ def _unknown_key(error: BaseException) -> Optional[str]:
     while error is not None:
         if isinstance(error, (ConfigAttributeError, ConfigKeyError)) and getattr(error, "full_key", None):
             *parents, key = str(error.full_key).split(".")
-            from hpcdl.config.help import sections  # help reads compose's folders: imported here, not above
-
             section = sections().get(".".join(parents))
             if section is not None:
                 names = [f.name for f in dataclasses.fields(section)]

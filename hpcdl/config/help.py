@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence
 
 from hpcdl.config.compose import CONF_DIR, compose_config, config_dirs, default_target
 from hpcdl.config.fields import type_name
-from hpcdl.config.root import Config
+from hpcdl.config.root import Config, sections
 from hpcdl.config.targets import TARGET, TARGET_SECTIONS
 from hpcdl.errors import HpcdlError
 
@@ -29,21 +29,6 @@ ROOT = "config"  # the root section ("") in headings and README markers
 MARKERS = re.compile(r"(<!-- options:([\w.]+) -->\n).*?(<!-- /options:\2 -->)", re.DOTALL)
 MARKDOWN_SPECIAL = re.compile(r"[|*]")  # a cell's end, emphasis (NCCL_*, UCX_*)
 DEFAULT_WIDTH = 24  # defaults longer than this (cluster.export) push their doc right instead of every row
-
-
-@functools.cache
-def sections() -> dict[str, type]:
-    """Every section of the tree by its dotted path ("" is the root), in field order, found from ``Config``."""
-    found: dict[str, type] = {}
-
-    def walk(cls: type, path: str) -> None:
-        found[path] = cls
-        for name, hint in typing.get_type_hints(cls).items():
-            if dataclasses.is_dataclass(hint):
-                walk(hint, f"{path}.{name}".lstrip("."))
-
-    walk(Config, "")
-    return found
 
 
 @functools.cache

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import typing
 from dataclasses import field
 from typing import Optional
 
@@ -58,3 +61,18 @@ class Config:
         if self.data.transform is not None and self.training.gpu_decode == "on":
             raise ConfigError("training.gpu_decode=on: decodes and augments on the GPU, where data.transform "
                               "(run in the workers) cannot follow; set gpu_decode=auto or off")
+
+
+@functools.cache
+def sections() -> dict[str, type]:
+    """Every section of the tree by its dotted path ("" is the root), in field order, found from ``Config``."""
+    found: dict[str, type] = {}
+
+    def walk(cls: type, path: str) -> None:
+        found[path] = cls
+        for name, hint in typing.get_type_hints(cls).items():
+            if dataclasses.is_dataclass(hint):
+                walk(hint, f"{path}.{name}".lstrip("."))
+
+    walk(Config, "")
+    return found

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 from torch.utils.data import Dataset
@@ -45,14 +45,6 @@ def classes_of(data: Any) -> Optional[list[str]]:
     """The class names a dataset carries (``.classes``), if any."""
     classes = getattr(data, "classes", None)
     return list(classes) if classes is not None else None
-
-
-def iterate_batches(data: Dataset, chunks: Sequence[torch.Tensor], device: torch.device,
-                    memory_format: torch.memory_format = torch.contiguous_format) -> Iterator[Batch]:
-    """One (x, y) batch per chunk of indices, read in this process, on ``device`` (skipped files left out)."""
-    from hpcdl.data.loader import BatchLoader
-
-    return (batch for batch in BatchLoader(data, device, memory_format).epoch(chunks, 0) if batch is not None)
 
 
 def to_device(x: torch.Tensor, y: torch.Tensor, device: torch.device,

@@ -128,3 +128,8 @@ class BatchLoader:
             return prefetched(batches, self.to_device, self.device, self.device_prefetch)
         return (self.to_device(batch) for batch in batches)
 
+
+def iterate_batches(data: Dataset, chunks: Sequence[torch.Tensor], device: torch.device,
+                    memory_format: torch.memory_format = torch.contiguous_format) -> Iterator[Batch]:
+    """One (x, y) batch per chunk of indices, read in this process, on ``device`` (skipped files left out)."""
+    return (batch for batch in BatchLoader(data, device, memory_format).epoch(chunks, 0) if batch is not None)

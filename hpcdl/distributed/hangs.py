@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from hpcdl.distributed import failures, stacks
-from hpcdl.distributed.restarts import record_failure
+from hpcdl.distributed.restarts import JobRuns, record_failure
 from hpcdl.errors import FolderGoneError, HpcdlError
 from hpcdl.store.files import HEARTBEAT, HEARTBEATS
 from hpcdl.store.folders import read_json
@@ -28,9 +28,10 @@ STACKS_WAIT_S = 10.0
 
 
 def start(folder: Path, world_size: int, rank: int, token: str, timeout_s: float, startup_s: Optional[float],
-          interval: float) -> None:
-    """Watch the ranks' step counts from this (the lead) rank; ``startup_s`` None: no limit before a first step."""
-    watcher = HangWatcher(folder, world_size, rank, token, timeout_s, startup_s)
+          interval: float, runs: JobRuns) -> None:
+    """Watch the ranks' step counts from this (the lead) rank; ``startup_s`` None: no limit before a first step;
+    ``runs``: the job's backend, asked before a hang is recorded as the job's failure."""
+    watcher = HangWatcher(folder, world_size, rank, token, timeout_s, startup_s, runs)
     threading.Thread(target=watcher.run, args=(interval,), name="hpcdl-hang-watch", daemon=True).start()
 
 
@@ -38,8 +39,8 @@ class HangWatcher:
     """Ends the job, with every rank's stacks written, when a rank's step count stops moving."""
 
     def __init__(self, folder: Path, world_size: int, rank: int, token: str, timeout_s: float,
-                 startup_s: Optional[float]) -> None:
-        self.folder, self.world_size, self.rank, self.token = folder, world_size, rank, token
+                 startup_s: Optional[float], runs: JobRuns) -> None:
+        self.folder, self.world_size, self.rank, self.token, self.runs = folder, world_size, rank, token, runs
         self.timeout_s, self.startup_s = timeout_s, startup_s
         self.seen: dict[int, tuple[int, float]] = {}
 
@@ -90,7 +91,7 @@ class HangWatcher:
                                 how="hang", host=entry.get("host"), pid=entry.get("pid"), noted_by=self.rank,
                                 cause=True)
         with contextlib.suppress(OSError, FolderGoneError):
-            record_failure(self.folder, reason)
+            record_failure(self.folder, self.runs, reason)
         print(f"[hpcdl] {reason}", file=sys.stderr, flush=True)
         os._exit(1)
 

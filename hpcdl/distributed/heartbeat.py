@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from hpcdl.distributed import failures, pace
-from hpcdl.distributed.restarts import record_failure
+from hpcdl.distributed.restarts import JobRuns, record_failure
 from hpcdl.distributed.env import node_name
 from hpcdl.errors import FolderGoneError, HpcdlError
 from hpcdl.store.atomic import atomic_write_text, make_folder
@@ -73,10 +73,8 @@ def finish() -> None:
 
 
 def run_token() -> str:
-    """What tells this run of the job from an earlier one (a requeue, a resume)."""
-    if os.environ.get(RUN_TOKEN):
-        return os.environ[RUN_TOKEN]
-    return f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_RESTART_COUNT', '0')}"
+    """What tells this run of the job from an earlier one (a requeue, a resume): set by the worker."""
+    return os.environ.get(RUN_TOKEN, "")
 
 
 def interval_for(timeout_s: float) -> float:
@@ -84,16 +82,18 @@ def interval_for(timeout_s: float) -> float:
     return max(0.5, min(5.0, timeout_s / 6))
 
 
-def start(folder: Path, rank: int, world_size: int, lead_rank: int, timeout_s: float, startup_s: float) -> None:
+def start(folder: Path, rank: int, world_size: int, lead_rank: int, timeout_s: float, startup_s: float,
+          runs: JobRuns) -> None:
     """Start this rank's ticking thread, and its watching thread when it is the lead rank or the one half the
-    world away (ranks fill nodes in order, so that one is on another node where there are several)."""
+    world away (ranks fill nodes in order, so that one is on another node where there are several); ``runs``:
+    the job's backend, asked before a silent rank is recorded as the job's failure."""
     global _ticker
     beats = make_folder(folder / HEARTBEATS)
     token, interval = run_token(), interval_for(timeout_s)
     _ticker = _Ticker(beats, rank, token)
     threading.Thread(target=_ticker.run, args=(interval,), name="hpcdl-heartbeat", daemon=True).start()
     if rank in (lead_rank, (lead_rank + world_size // 2) % world_size):  # half the ranks apart: another node
-        watcher = Watcher(folder, beats, world_size, rank, token, timeout_s, startup_s)
+        watcher = Watcher(folder, beats, world_size, rank, token, timeout_s, startup_s, runs)
         threading.Thread(target=watcher.run, args=(interval,), name="hpcdl-heartbeat-watch", daemon=True).start()
 
 
@@ -145,8 +145,8 @@ class Watcher:
     """Reads every rank's heartbeat and ends the job when one falls silent."""
 
     def __init__(self, folder: Path, beats: Path, world_size: int, rank: int, token: str, timeout_s: float,
-                 startup_s: float) -> None:
-        self.folder, self.beats, self.rank, self.token = folder, beats, rank, token
+                 startup_s: float, runs: JobRuns) -> None:
+        self.folder, self.beats, self.rank, self.token, self.runs = folder, beats, rank, token, runs
         self.timeout_s, self.startup_s = timeout_s, startup_s
         now = time.monotonic()
         self.seen: dict[int, tuple[Optional[dict[str, Any]], float]] = {r: (None, now) for r in range(world_size)}
@@ -194,6 +194,6 @@ class Watcher:
                         run=self.token, how="lost", host=beat["host"] if beat else "",
                         pid=beat["pid"] if beat else 0, noted_by=self.rank, cause=True)
         with contextlib.suppress(OSError, FolderGoneError):
-            record_failure(self.folder, reason, rank=rank)
+            record_failure(self.folder, self.runs, reason, rank=rank)
         print(f"[hpcdl] {reason}", file=sys.stderr, flush=True)
         os._exit(1)

@@ -14,7 +14,8 @@ from hpcdl.cluster import backend_for
 from hpcdl.errors import HpcdlError, JobFailedError
 from hpcdl.lifecycle.diagnosis import Verdict, judge
 from hpcdl.store.files import FUNCTION_RESULT, LOGS, RESULT, rank_result, stream_log
-from hpcdl.store.folders import DAMAGED, JobRecord, find, load_record, read_json
+from hpcdl.store.folders import DAMAGED, JobRecord, load_record, read_json
+from hpcdl.store.listing import find
 from hpcdl.store.safety import load_pickle, read_job_file
 from hpcdl.lifecycle.states import resolve_states, resolve_sweep
 from hpcdl.store.states import CANCELLED, COMPLETED, INTERRUPTED

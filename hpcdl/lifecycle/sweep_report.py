@@ -71,9 +71,9 @@ def _scalar_return(point: JobRecord) -> Any:
         return None
     try:
         returned = load_pickle(point.folder, FUNCTION_RESULT)
+        value = getattr(returned, "return_value", returned)  # a Hydra task's JobReturn: the value it holds
     except Exception:  # noqa: BLE001 - a result that cannot be read here is left out of the table
         return None
-    value = getattr(returned, "_return_value", returned)
     return value if isinstance(value, (int, float)) or (isinstance(value, str) and len(value) < 40) else None
 
 

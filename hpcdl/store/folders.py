@@ -16,14 +16,14 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from hpcdl.store.atomic import atomic_write_text
 from hpcdl.store.changes import note_change
 from hpcdl.errors import HpcdlError
 from hpcdl.store.files import FINAL, MANIFEST, STATUS
 from hpcdl.store.states import DAMAGED, FINAL_STATES, UNKNOWN
-from hpcdl.store.safety import NotRegularFileError, check_job_key, check_store, open_folder, read_job_file
+from hpcdl.store.safety import NotRegularFileError, check_store, open_folder, read_job_file
 
 MANIFEST_KEYS = {"id": str, "name": str, "kind": str, "profile": str, "plan": dict, "submitted_at": (int, float)}
 DEFAULT_ROOT = Path("~/.hpcdl/jobs")
@@ -181,35 +181,3 @@ def load_record(folder: Path, store_fd: Optional[int] = None) -> Optional[JobRec
     if files[FINAL].get("state") in FINAL_STATES:
         record.state, record.reason = files[FINAL]["state"], files[FINAL].get("reason", "")
     return record
-
-
-def scan(roots: Optional[Iterable[Path]] = None, skipped: Optional[list[str]] = None) -> list[JobRecord]:
-    """Every job of this user's in the stores, oldest first, from each store's index, without asking any
-    scheduler (those not ended are read from their folders; hpcdl.store.listing).
-
-    Folders that are not this user's alone are never read; each is noted in ``skipped`` (path: why), but for
-    other users' folders in a shared store.
-    """
-    from hpcdl.store.listing import scan as scan_index
-
-    return scan_index(roots, skipped)
-
-
-def find(key: str, roots: Optional[Iterable[Path]] = None) -> JobRecord:
-    """The job whose id, unique id prefix or scheduler job id is ``key`` ('last': the newest)."""
-    check_job_key(key)
-    roots = list(roots) if roots is not None else known_roots()
-    for root in roots:  # the exact id is a folder name: no scan needed
-        check_store(root)
-        record = load_record(root / key) if (root / key).is_dir() else None
-        if record is not None:
-            return record
-    records = scan(roots)
-    if key == "last" and records:
-        return load_record(records[-1].folder) or records[-1]
-    matches = [r for r in records if r.id.startswith(key) or r.backend_id == key]
-    if len(matches) == 1:
-        return load_record(matches[0].folder) or matches[0]
-    if not matches:
-        raise HpcdlError(f"no job {key!r} in {', '.join(map(str, roots)) or 'any store'}")
-    raise HpcdlError(f"{key!r} matches {len(matches)} jobs: {', '.join(r.id for r in matches[:5])} ...")

@@ -24,7 +24,7 @@ from hpcdl.errors import HpcdlError
 from hpcdl.store.files import FINAL, MANIFEST, STATUS
 from hpcdl.store.folders import JobRecord, known_roots, load_record
 from hpcdl.store.index import ID, KIND, UID, Row, is_open, record_of, row_key
-from hpcdl.store.safety import check_store, unsafe_reason
+from hpcdl.store.safety import check_job_key, check_store, unsafe_reason
 from hpcdl.store.segments import StoreIndex, load_index
 from hpcdl.store.states import PRIVATE, UNKNOWN
 
@@ -123,7 +123,12 @@ def row_record(root: Path, row: Row) -> Optional[JobRecord]:
 
 
 def scan(roots: Optional[Iterable[Path]] = None, skipped: Optional[list[str]] = None) -> list[JobRecord]:
-    """Every job of this user's in the stores, oldest first, without asking any scheduler (folders.scan)."""
+    """Every job of this user's in the stores, oldest first, from each store's index, without asking any
+    scheduler (those not ended are read from their folders).
+
+    Folders that are not this user's alone are never read; each is noted in ``skipped`` (path: why), but for
+    other users' folders in a shared store.
+    """
     notes: list[str] = []
     indexes = open_indexes(roots, notes)
     try:
@@ -180,3 +185,23 @@ def foreign_record(root: Path, row: Row) -> JobRecord:
     return JobRecord(root / row[ID], {"id": row[ID], "name": text(manifest.get("name")),
                                       "profile": text(manifest.get("profile")), **shown}, times, state,
                      f"as {owner} last recorded it", {})
+
+
+def find(key: str, roots: Optional[Iterable[Path]] = None) -> JobRecord:
+    """The job whose id, unique id prefix or scheduler job id is ``key`` ('last': the newest)."""
+    check_job_key(key)
+    roots = list(roots) if roots is not None else known_roots()
+    for root in roots:  # the exact id is a folder name: no scan needed
+        check_store(root)
+        record = load_record(root / key) if (root / key).is_dir() else None
+        if record is not None:
+            return record
+    records = scan(roots)
+    if key == "last" and records:
+        return load_record(records[-1].folder) or records[-1]
+    matches = [r for r in records if r.id.startswith(key) or r.backend_id == key]
+    if len(matches) == 1:
+        return load_record(matches[0].folder) or matches[0]
+    if not matches:
+        raise HpcdlError(f"no job {key!r} in {', '.join(map(str, roots)) or 'any store'}")
+    raise HpcdlError(f"{key!r} matches {len(matches)} jobs: {', '.join(r.id for r in matches[:5])} ...")

@@ -44,5 +44,7 @@ def run_point(sweep_id: str, shared: str, point: Any, submit_cwd: str) -> Any:
                        job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
     if returned.status == JobStatus.FAILED:
         save_result(returned)
+        # the task's own exception, as JobReturn.return_value would raise it, without the line that property
+        # writes to stderr first (the point's stderr holds the traceback already)
         raise returned._return_value
     return returned

@@ -286,7 +286,7 @@ def _job_return(job_return: type, point: "_Checked", sweep_config: Any, record: 
 
     if record is None:  # submitted, not waited for: the launch completed, its value is the point's job id
         result = job_return(overrides=list(point.overrides), working_dir=point.output_dir)
-        result.status, result._return_value = JobStatus.COMPLETED, point.id
+        result.status, result.return_value = JobStatus.COMPLETED, point.id
         return result
 
     if record is not None and record.manifest["kind"] == "function":
@@ -300,10 +300,10 @@ def _job_return(job_return: type, point: "_Checked", sweep_config: Any, record: 
                         working_dir=point.output_dir, task_name=str(sweep_config.hydra.job.name))
     if record.state == COMPLETED:
         result.status = JobStatus.COMPLETED
-        result._return_value = read_json(record.folder / RESULT) if record.manifest["kind"] == "train" else None
+        result.return_value = read_json(record.folder / RESULT) if record.manifest["kind"] == "train" else None
     else:
         result.status = JobStatus.FAILED
-        result._return_value = JobFailedError(f"point {point.num} ({record.id}) ended {record.state}: "
+        result.return_value = JobFailedError(f"point {point.num} ({record.id}) ended {record.state}: "
                                               f"{record.reason}", record.status.get("traceback", ""))
     return result
 

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from hpcdl.cluster import WORKER
-from hpcdl.distributed.restarts import is_earlier_runs_failure, record_failure
+from hpcdl.cluster import WORKER, backend_for
+from hpcdl.distributed.restarts import JobRuns, is_earlier_runs_failure, record_failure
 from hpcdl.distributed.env import free_port
 from hpcdl.errors import HpcdlError
 from hpcdl.store.files import FINAL, LOGS, MANIFEST, STATUS, stream_log
@@ -58,9 +58,10 @@ def slot_plan(cpus: int, gpus: list[str], cpus_per_point: int, limit: Optional[i
 class Runner:
     """The points of one runner and the processes that run them."""
 
-    def __init__(self, folders: list[Path], slots: int, threads: int, gpus: list[str], packed: bool) -> None:
+    def __init__(self, folders: list[Path], slots: int, threads: int, gpus: list[str], packed: bool,
+                 runs: JobRuns) -> None:
         self.pending = list(folders)
-        self.slots, self.threads, self.packed = slots, threads, packed
+        self.slots, self.threads, self.packed, self.runs = slots, threads, packed, runs
         self.free_gpus = list(gpus)
         self.running: dict[subprocess.Popen, tuple[Path, list[str]]] = {}
         self.stopping = False
@@ -110,8 +111,8 @@ class Runner:
                 _end_group(process)
 
     def _reap(self) -> None:
-        """Free the GPUs of points that ended; one that ended without recording how is FAILED (unless Slurm has
-        queued the task again meanwhile: its next run goes on)."""
+        """Free the GPUs of points that ended; one that ended without recording how is FAILED (unless the scheduler
+        has queued the task again meanwhile: its next run goes on)."""
         for process in [p for p in self.running if p.poll() is not None]:
             folder, gpus = self.running.pop(process)
             self.free_gpus += gpus
@@ -121,7 +122,7 @@ class Runner:
                 how = f"killed by signal {-process.returncode}" if process.returncode < 0 \
                     else f"exited with code {process.returncode}"
                 with contextlib.suppress(OSError, HpcdlError):
-                    record_failure(folder, f"its process {how} without recording a result")
+                    record_failure(folder, self.runs, f"its process {how} without recording a result")
 
     def run(self) -> int:
         """Run every point; 0 when each ended (how each went is in its own record). Points still running
@@ -132,7 +133,7 @@ class Runner:
                 self._reap()
                 while self.pending and len(self.running) < self.slots and not self.stopping:
                     handed = handed_over(read_json(self.pending[0] / MANIFEST) or {}, self.pending[0].parent)
-                    if not _to_run(self.pending[0]) or handed is False:  # cancelled before it started, ended
+                    if not _to_run(self.pending[0], self.runs) or handed is False:  # cancelled before it started, ended
                         self.pending.pop(0)  # in an earlier run, or its submission was interrupted
                     elif handed is None:  # its submitter has not recorded the scheduler's id yet
                         break
@@ -170,12 +171,12 @@ def _final_state(folder: Path) -> Optional[str]:
     return final.get("state") if final is not None else None
 
 
-def _to_run(folder: Path) -> bool:
+def _to_run(folder: Path, runs: JobRuns) -> bool:
     """Whether a waiting point is to run: it has no final state, or only an earlier run's failure with no error
-    of its own (its process ended without a result, as a run Slurm ends leaves it), which its worker withdraws.
-    A point that failed with an error stays FAILED."""
+    of its own (its process ended without a result, as a run the scheduler ends leaves it), which its worker
+    withdraws. A point that failed with an error stays FAILED."""
     final = _final(folder)
-    return final is None or (is_earlier_runs_failure(final) and not final.get("traceback"))
+    return final is None or (is_earlier_runs_failure(final, runs) and not final.get("traceback"))
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
@@ -199,7 +200,8 @@ def main(argv: list[str]) -> int:
             else len(os.sched_getaffinity(0)))
     gpus = visible_gpus()
     slots, threads = slot_plan(cpus, gpus, args.cpus_per_point, args.limit)
-    runner = Runner([sweep.parent / p for p in args.points], slots, threads, gpus, packed=args.packed)
+    backend = backend_for((read_json(sweep / MANIFEST) or {})["plan"]["cluster"]["backend"])
+    runner = Runner([sweep.parent / p for p in args.points], slots, threads, gpus, args.packed, backend)
     for signum in (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT):
         signal.signal(signum, runner.forward)
     return runner.run()

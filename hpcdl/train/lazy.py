@@ -7,7 +7,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 from torch.utils.data import Dataset
 
-from hpcdl.data.batches import iterate_batches
+from hpcdl.data.loader import iterate_batches
 
 DRY_RUN_SAMPLES = 2
 

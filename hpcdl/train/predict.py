@@ -9,7 +9,8 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from hpcdl.config import TrainingOptions
-from hpcdl.data.batches import TensorPair, as_dataset, classes_of, iterate_batches
+from hpcdl.data.batches import TensorPair, as_dataset, classes_of
+from hpcdl.data.loader import iterate_batches
 from hpcdl.train.device import choose_device
 from hpcdl.train.steps import autocast
 

@@ -11,7 +11,7 @@ from torch.utils.data import Dataset
 
 from hpcdl.config.targets import build_part
 from hpcdl.config.training import DEFAULT_SQUARED_GRADIENT_DECAY, TrainingOptions
-from hpcdl.data.batches import iterate_batches
+from hpcdl.data.loader import iterate_batches
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
