@@ -94,6 +94,8 @@ def report(step: int, loss: Optional[float] = None, *, accuracy: Optional[float]
     """Record step ``step`` (from 1) of ``total`` (`jobs list`'s percentage, `jobs watch`'s step k/N): its loss,
     accuracy in [0, 1], epoch and any other numbers, each only when given (the plot draws a panel for each)."""
     heartbeat.stepped()
+    if total is not None and step >= total:  # what follows (a last validation, saving) makes no step
+        heartbeat.steps_ended()
     _append({"kind": "iteration", "epoch": epoch, "iteration": int(step),
              "loss": None if loss is None else float(loss), "accuracy": None if accuracy is None else float(accuracy),
              "total": total, **{k: float(v) for k, v in metrics.items()}})

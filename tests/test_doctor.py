@@ -161,16 +161,39 @@ def test_a_batch_functions_exception_is_the_root_cause(store: Path, tmp_path: Pa
 
 @pytest.mark.skipif(shutil.which("py-spy") is None, reason="needs py-spy (the test extra installs it)")
 def test_jobs_stacks_gives_a_scripts_own_stack_through_py_spy(store: Path, tmp_path: Path) -> None:
+    """A script that never reports a step is not taken for a hang (it is watched once it reports one)."""
     user = write_faults(tmp_path / "user")
-    job_id = submit(user, "script=napping_script.py", "cluster.tasks_per_node=2", "cluster.time=00:05:00")
+    submitted = time.monotonic()
+    job_id = submit(user, "script=napping_script.py", "cluster.tasks_per_node=2", "cluster.time=00:05:00",
+                    "cluster.hang_timeout_s=5")
     folder = store / job_id
     try:
         wait_for(lambda: heartbeat_of(folder, 1).get("ticks", 0) > 1, 120, "rank 1 runs the script")
         shown = cli(user, "hpcdl.jobs", "stacks", job_id)
         assert shown.returncode == 0 and "--- ranks 0,1 ---" in shown.stdout, shown
         assert 'napping_script.py", line 6, in nap' in shown.stdout and "in <module>" in shown.stdout, shown.stdout
+        time.sleep(max(0.0, submitted + 20 - time.monotonic()))  # well past hang_timeout_s without a step
+        assert "RUNNING" in cli(user, "hpcdl.jobs", "show", job_id).stdout.splitlines()[1]
     finally:
         cli(user, "hpcdl.jobs", "cancel", job_id)
+
+
+@pytest.mark.skipif(shutil.which("py-spy") is None, reason="needs py-spy (the test extra installs it)")
+def test_a_script_rank_sleeping_before_an_all_reduce_is_named_with_its_stack(store: Path, tmp_path: Path) -> None:
+    """The script reports its steps with hpcdl.report: rank 1 naps before its sixth all-reduce, rank 0 waits."""
+    user = write_faults(tmp_path / "user")
+    job_id = submit(user, "script=stepping_script.py", "cluster.tasks_per_node=2", "cluster.time=00:05:00",
+                    "cluster.heartbeat_timeout_s=5", "cluster.hang_timeout_s=5", "cluster.collective_timeout_s=90")
+    folder = store / job_id
+    wait_for(lambda: heartbeat_of(folder, 1).get("steps", 0) >= 5, 120, "rank 1 reached its nap")
+    napping = time.time()
+    why, ended_s = verdict_after(user, folder, job_id, napping)
+    root = root_line(why)
+    assert root.startswith(f"root cause: rank 1 on {HOST} (pid ") and "Hang: not in the collective" in root, why
+    assert "in nap_before_all_reduce" in why and 'stepping_script.py", line 10, in nap_before_all_reduce' in why, why
+    assert "rank 0: waiting in all_reduce" in why and "OUTLIER rank 1" in why, why
+    assert ended_s < 5 + 35, (ended_s, why)  # 5 s without a step, a tick, py-spy's stacks, the end
+    print(f"script hang: the verdict and the job's end {ended_s:.1f} s after the nap began (hang_timeout_s=5)")
 
 
 def test_a_scripts_own_traceback_is_the_verdict(store: Path, tmp_path: Path) -> None:

@@ -71,6 +71,24 @@ def test_a_rank_sleeping_before_an_all_reduce_on_slurm_is_named_with_its_stack(
     print(f"slurm hang: the verdict and the job's end {ended_s:.1f} s after the nap began (hang_timeout_s=5)")
 
 
+def test_a_script_rank_sleeping_before_an_all_reduce_on_slurm_is_named_with_its_stack(store: Path,
+                                                                                    tmp_path: Path) -> None:
+    """A 2-rank script (one rank a node) that reports its steps with hpcdl.report; rank 1 naps before an all-reduce."""
+    user = write_faults(tmp_path / "user")
+    job_id = submit(user, "script=stepping_script.py", *ON_SLURM, "cluster.tasks_per_node=1",
+                    "cluster.hang_timeout_s=5", "cluster.collective_timeout_s=90")
+    folder = store / job_id
+    wait_for(lambda: heartbeat_of(folder, 1).get("steps", 0) >= 5, 180, "rank 1 reached its nap")
+    napping = time.time()
+    why, ended_s = verdict_after(user, folder, job_id, napping)
+    host = heartbeat_of(folder, 1)["host"]
+    assert root_line(why).startswith(f"root cause: rank 1 on {host} (pid ") and "Hang: not in the collective" in why, why
+    assert 'stepping_script.py", line 10, in nap_before_all_reduce' in why, why
+    assert "rank 0: waiting in all_reduce" in why and "OUTLIER rank 1" in why, why
+    assert ended_s < 40, ended_s
+    print(f"slurm script hang: the verdict and the job's end {ended_s:.1f} s after the nap began (hang_timeout_s=5)")
+
+
 def test_jobs_stacks_reaches_every_rank_on_both_nodes(store: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAULT_NAP_S", "600")
