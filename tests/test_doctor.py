@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -14,7 +15,7 @@ import pytest
 
 from hpcdl.distributed import failures, stacks
 from hpcdl.lifecycle.diagnosis import launcher_records, missing_ranks
-from hpcdl.store.files import FAILURE, FAILURES, LOGS, STACKS
+from hpcdl.store.files import FAILURE, FAILURES, LOGS, MANIFEST, STACKS
 from tests.faults import cli, heartbeat_of, root_line, submit, verdict_after, wait_for, write_faults
 
 HOST = socket.gethostname()
@@ -240,3 +241,15 @@ def test_a_worker_without_load_is_not_taken_for_a_hang(store: Path, tmp_path: Pa
     shown = cli(tmp_path, "hpcdl.jobs", "show", job_id)
     assert "RUNNING" in shown.stdout.splitlines()[1], (shown.stdout, cli(tmp_path, "hpcdl.jobs", "why", job_id).stdout)
     assert cli(tmp_path, "hpcdl.jobs", "cancel", job_id).returncode == 0
+
+
+def test_a_doctor_that_times_out_cancels_its_job(store: Path, tmp_path: Path) -> None:
+    done = cli(tmp_path, "hpcdl.doctor", "cluster=local", "--timeout", "0.5")
+    assert done.returncode == 1 and "error: no report within 0.5 s; job " in done.stderr, (done.stdout, done.stderr)
+    assert "cancelled: no allocation is left" in done.stderr, done.stderr
+    job_id = re.search(r"^job (\S+): checking", done.stdout, re.M).group(1)
+    assert cli(tmp_path, "hpcdl.jobs", "wait", job_id, "--timeout", "30").stdout.strip() == "CANCELLED"
+    pid = int(json.loads((store / job_id / MANIFEST).read_text())["backend_id"].split(":")[0])
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z",
+             30, "the doctor's job process ended")
+

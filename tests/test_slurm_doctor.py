@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from hpcdl.store.files import FAILURE, FAILURES, STACKS
+from hpcdl.store.files import FAILURE, FAILURES, MANIFEST, STACKS
 from tests.faults import cli, heartbeat_of, root_line, submit, verdict_after, wait_for, write_faults
 from tests.test_slurm import _launched_with, slurm_cluster  # noqa: F401 - the fixture
 
@@ -131,3 +133,17 @@ def test_an_mpi_rank_killed_with_kill_9_on_slurm_is_named(store: Path, tmp_path:
     assert root_line(why).startswith(f"root cause: rank 1 on {beat['host']} (pid {beat['pid']})") and \
         "Signal: signal 9 (Killed) (mpirun)" in root_line(why), why
     print(f"slurm mpi kill -9: the job ended {ended_s:.1f} s after the kill")
+
+
+def test_a_doctor_that_times_out_on_slurm_leaves_no_job_in_the_queue(store: Path, tmp_path: Path) -> None:
+    done = cli(tmp_path, "hpcdl.doctor", "cluster=slurm", "cluster.nodes=2", "--timeout", "1")
+    assert done.returncode == 1 and "error: no report within 1 s; job " in done.stderr, (done.stdout, done.stderr)
+    job_id = re.search(r"^job (\S+): checking 2 node", done.stdout, re.M).group(1)
+    slurm_id = json.loads((store / job_id / MANIFEST).read_text())["backend_id"]
+
+    def queued() -> str:
+        return subprocess.run(["squeue", "-h", "-j", slurm_id, "-o", "%T"], capture_output=True, text=True).stdout
+
+    wait_for(lambda: queued().strip() == "", 30, f"Slurm job {slurm_id} left the queue")
+    assert cli(tmp_path, "hpcdl.jobs", "wait", job_id, "--timeout", "30").stdout.strip() == "CANCELLED"
+
