@@ -243,6 +243,25 @@ def test_a_worker_without_load_is_not_taken_for_a_hang(store: Path, tmp_path: Pa
     assert cli(tmp_path, "hpcdl.jobs", "cancel", job_id).returncode == 0
 
 
+LAST_STEP_THEN_SAVING = '''
+import time
+import hpcdl
+
+for step in range(1, 4):
+    hpcdl.report(step, 1.0 / step, total=3)
+time.sleep(15)  # saving, after the last step: no step is expected
+'''
+
+
+def test_a_script_past_its_last_reported_step_is_not_taken_for_a_hang(store: Path, tmp_path: Path) -> None:
+    (tmp_path / "last_step.py").write_text(LAST_STEP_THEN_SAVING)
+    job_id = submit(tmp_path, "script=last_step.py", "cluster.tasks_per_node=2", "cluster.time=00:05:00",
+                    "cluster.heartbeat_timeout_s=5", "cluster.hang_timeout_s=5")
+    waited = cli(tmp_path, "hpcdl.jobs", "wait", job_id, "--timeout", "200")
+    assert waited.stdout.strip() == "COMPLETED", cli(tmp_path, "hpcdl.jobs", "why", job_id).stdout
+    assert heartbeat_of(store / job_id, 1)["steps"] == 3  # the script's reports reached its rank's heartbeat
+
+
 def test_a_doctor_that_times_out_cancels_its_job(store: Path, tmp_path: Path) -> None:
     done = cli(tmp_path, "hpcdl.doctor", "cluster=local", "--timeout", "0.5")
     assert done.returncode == 1 and "error: no report within 0.5 s; job " in done.stderr, (done.stdout, done.stderr)
