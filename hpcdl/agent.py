@@ -4,6 +4,7 @@
     python -m hpcdl.agent --expect VERSION jobs VERB ... # python -m hpcdl.jobs VERB ... here
     python -m hpcdl.agent --expect VERSION fetch ID [--wait]  # the fetched results as a tar on stdout
     python -m hpcdl.agent --expect VERSION check         # stdin: one JSON line; python -m hpcdl.profiles check
+    python -m hpcdl.agent --expect VERSION doctor        # stdin: one JSON line; python -m hpcdl.doctor
 
 Submitting, it runs hpcdl.submit here with the client's composed profile, from the code it was sent, and writes
 the job's id as JSON on stdout (what hpcdl.submit prints goes to stderr).
@@ -97,13 +98,18 @@ def submit(stdin: BinaryIO) -> int:
         return code_of_submit
 
 
-def check(stdin: BinaryIO) -> int:
-    """python -m hpcdl.profiles check, here, of the client's profile with its overrides."""
+def with_profile(verb: str, stdin: BinaryIO) -> int:
+    """python -m hpcdl.profiles check (``verb`` check) or python -m hpcdl.doctor (doctor), here, of the client's
+    profile with its other arguments."""
     request = json.loads(stdin.readline())
     with _as_profile(request["profile"]) as (name, _):
-        from hpcdl.profiles import main
+        if verb == "check":
+            from hpcdl.profiles import main
 
-        return main(["check", name, *request["overrides"]])
+            return main(["check", name, *request["overrides"]])
+        from hpcdl.doctor import main as doctor
+
+        return doctor([f"cluster={name}", *request["overrides"]])
 
 
 def fetch(job: str, wait: bool) -> int:
@@ -149,8 +155,8 @@ def _run(verb: str, rest: list[str]) -> int:
         return jobs(rest)
     if verb == "fetch":
         return fetch(rest[0], "--wait" in rest[1:])
-    if verb == "check":
-        return check(sys.stdin.buffer)
+    if verb in ("check", "doctor"):
+        return with_profile(verb, sys.stdin.buffer)
     print(f"unknown verb {verb!r}\n{__doc__}", file=sys.stderr)
     return 2
 

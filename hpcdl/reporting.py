@@ -98,6 +98,8 @@ def report(step: int, loss: Optional[float] = None, *, accuracy: Optional[float]
         raise ValueError(f"hpcdl.report: {', '.join(taken)} {'is a name' if len(taken) == 1 else 'are names'} "
                          "of hpcdl's own record; report your metric under another name")
     heartbeat.stepped()
+    if total is not None and step >= total:  # what follows (a last validation, saving) makes no step
+        heartbeat.steps_ended()
     _append({"kind": "iteration", "epoch": _whole(epoch), "iteration": int(step),
              "loss": None if loss is None else float(loss), "accuracy": None if accuracy is None else float(accuracy),
              "total": _whole(total), **{k: float(v) for k, v in metrics.items()}})

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Optional
 
-from hpcdl.distributed import heartbeat, stacks
+from hpcdl.distributed import heartbeat, script_steps, stacks
 from hpcdl.distributed.env import discover, free_port
 from hpcdl.errors import HpcdlError
 from hpcdl.plan import JobPlan
@@ -79,13 +79,16 @@ def run_user_code(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> Any:
         os.chdir(results)
         return entry(plan.config)
     script, *arguments = plan.command
+    steps, variables = script_steps.open_channel(heartbeat.stepped, heartbeat.steps_ended)  # its hpcdl.report
     flag = signal.signal(STOP_SIGNAL, signal.SIG_IGN)  # the script inherits this: the stop signal never kills it
     try:  # a signal in these few milliseconds is lost; before and after, listen_for_script_stop takes it
         # python puts the script's own folder (in the snapshot) first on its path: its sibling modules import
         process = subprocess.Popen([sys.executable, in_snapshot(script, folder, manifest), *arguments],
-                                   env={**os.environ, SCRIPT_RANK: "1"}, cwd=results, stderr=subprocess.PIPE)
+                                   env={**os.environ, SCRIPT_RANK: "1", **variables}, cwd=results,
+                                   stderr=subprocess.PIPE, pass_fds=(steps,))
     finally:
         signal.signal(STOP_SIGNAL, flag)
+        os.close(steps)
     stderr_tail = bytearray()
     passing_on = threading.Thread(target=_pass_on, args=(process.stderr, stderr_tail), daemon=True)
     passing_on.start()

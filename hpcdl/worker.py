@@ -43,7 +43,7 @@ from hpcdl.store.folders import read_json
 from hpcdl.store.safety import check_store
 from hpcdl.store.states import COMPLETED, FAILED, REQUEUED, RUNNING, TIMEOUT, UNKNOWN
 from hpcdl.store.sweeps import handed_over
-from hpcdl.train.stopping import STOP_SIGNAL, StopRequested, listen_for_stop
+from hpcdl.train.stopping import STOP_SIGNAL, StopRequested, ended_by, listen_for_stop
 from hpcdl.store.status import write_final, write_status
 
 
@@ -68,7 +68,12 @@ def _run_payload(folder: Path, plan: JobPlan, manifest: dict[str, Any]) -> None:
         return
     from hpcdl.usercode import run_user_code
 
-    result = run_user_code(folder, plan, manifest)
+    try:
+        result = run_user_code(folder, plan, manifest)
+    except BaseException as error:
+        with contextlib.suppress(Exception):  # a store gone meanwhile: the user's own error is the one to raise
+            close_metrics(ended_by(error))  # hpcdl.report's records so far: the final plot and events
+        raise
     import cloudpickle
 
     if plan.gather_results:

@@ -84,12 +84,36 @@ nap()
 '''
 
 
+STEPPING_SCRIPT = '''
+import datetime, os, time
+import torch
+import torch.distributed as dist
+import hpcdl
+
+
+def nap_before_all_reduce():
+    print(f"fault at {time.time()}", flush=True)
+    time.sleep(600)
+
+
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(os.environ["HPCDL_COLLECTIVE_TIMEOUT_S"])))
+for step in range(1, 100000):
+    dist.all_reduce(torch.ones(1))
+    hpcdl.report(step, 1.0 / step)
+    if dist.get_rank() == 1 and step == 5:
+        nap_before_all_reduce()
+    time.sleep(0.1)
+'''
+
+
 def write_faults(folder: Path) -> Path:
-    """``folder`` with faults.py (entry functions), failing_script.py and napping_script.py in it."""
+    """``folder`` with faults.py (entry functions), failing_script.py, napping_script.py (which never reports a
+    step) and stepping_script.py (which reports steps, rank 1 napping before its sixth all-reduce) in it."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "faults.py").write_text(FAULTS)
     (folder / "failing_script.py").write_text(SCRIPT)
     (folder / "napping_script.py").write_text(NAPPING_SCRIPT)
+    (folder / "stepping_script.py").write_text(STEPPING_SCRIPT)
     return folder
 
 

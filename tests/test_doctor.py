@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -14,7 +15,7 @@ import pytest
 
 from hpcdl.distributed import failures, stacks
 from hpcdl.lifecycle.diagnosis import launcher_records, missing_ranks
-from hpcdl.store.files import FAILURE, FAILURES, LOGS, STACKS
+from hpcdl.store.files import FAILURE, FAILURES, LOGS, MANIFEST, STACKS
 from tests.faults import cli, heartbeat_of, root_line, submit, verdict_after, wait_for, write_faults
 
 HOST = socket.gethostname()
@@ -161,16 +162,39 @@ def test_a_batch_functions_exception_is_the_root_cause(store: Path, tmp_path: Pa
 
 @pytest.mark.skipif(shutil.which("py-spy") is None, reason="needs py-spy (the test extra installs it)")
 def test_jobs_stacks_gives_a_scripts_own_stack_through_py_spy(store: Path, tmp_path: Path) -> None:
+    """A script that never reports a step is not taken for a hang (it is watched once it reports one)."""
     user = write_faults(tmp_path / "user")
-    job_id = submit(user, "script=napping_script.py", "cluster.tasks_per_node=2", "cluster.time=00:05:00")
+    submitted = time.monotonic()
+    job_id = submit(user, "script=napping_script.py", "cluster.tasks_per_node=2", "cluster.time=00:05:00",
+                    "cluster.hang_timeout_s=5")
     folder = store / job_id
     try:
         wait_for(lambda: heartbeat_of(folder, 1).get("ticks", 0) > 1, 120, "rank 1 runs the script")
         shown = cli(user, "hpcdl.jobs", "stacks", job_id)
         assert shown.returncode == 0 and "--- ranks 0,1 ---" in shown.stdout, shown
         assert 'napping_script.py", line 6, in nap' in shown.stdout and "in <module>" in shown.stdout, shown.stdout
+        time.sleep(max(0.0, submitted + 20 - time.monotonic()))  # well past hang_timeout_s without a step
+        assert "RUNNING" in cli(user, "hpcdl.jobs", "show", job_id).stdout.splitlines()[1]
     finally:
         cli(user, "hpcdl.jobs", "cancel", job_id)
+
+
+@pytest.mark.skipif(shutil.which("py-spy") is None, reason="needs py-spy (the test extra installs it)")
+def test_a_script_rank_sleeping_before_an_all_reduce_is_named_with_its_stack(store: Path, tmp_path: Path) -> None:
+    """The script reports its steps with hpcdl.report: rank 1 naps before its sixth all-reduce, rank 0 waits."""
+    user = write_faults(tmp_path / "user")
+    job_id = submit(user, "script=stepping_script.py", "cluster.tasks_per_node=2", "cluster.time=00:05:00",
+                    "cluster.heartbeat_timeout_s=5", "cluster.hang_timeout_s=5", "cluster.collective_timeout_s=90")
+    folder = store / job_id
+    wait_for(lambda: heartbeat_of(folder, 1).get("steps", 0) >= 5, 120, "rank 1 reached its nap")
+    napping = time.time()
+    why, ended_s = verdict_after(user, folder, job_id, napping)
+    root = root_line(why)
+    assert root.startswith(f"root cause: rank 1 on {HOST} (pid ") and "Hang: not in the collective" in root, why
+    assert "in nap_before_all_reduce" in why and 'stepping_script.py", line 10, in nap_before_all_reduce' in why, why
+    assert "rank 0: waiting in all_reduce" in why and "OUTLIER rank 1" in why, why
+    assert ended_s < 5 + 35, (ended_s, why)  # 5 s without a step, a tick, py-spy's stacks, the end
+    print(f"script hang: the verdict and the job's end {ended_s:.1f} s after the nap began (hang_timeout_s=5)")
 
 
 def test_a_scripts_own_traceback_is_the_verdict(store: Path, tmp_path: Path) -> None:
@@ -217,3 +241,34 @@ def test_a_worker_without_load_is_not_taken_for_a_hang(store: Path, tmp_path: Pa
     shown = cli(tmp_path, "hpcdl.jobs", "show", job_id)
     assert "RUNNING" in shown.stdout.splitlines()[1], (shown.stdout, cli(tmp_path, "hpcdl.jobs", "why", job_id).stdout)
     assert cli(tmp_path, "hpcdl.jobs", "cancel", job_id).returncode == 0
+
+
+LAST_STEP_THEN_SAVING = '''
+import time
+import hpcdl
+
+for step in range(1, 4):
+    hpcdl.report(step, 1.0 / step, total=3)
+time.sleep(15)  # saving, after the last step: no step is expected
+'''
+
+
+def test_a_script_past_its_last_reported_step_is_not_taken_for_a_hang(store: Path, tmp_path: Path) -> None:
+    (tmp_path / "last_step.py").write_text(LAST_STEP_THEN_SAVING)
+    job_id = submit(tmp_path, "script=last_step.py", "cluster.tasks_per_node=2", "cluster.time=00:05:00",
+                    "cluster.heartbeat_timeout_s=5", "cluster.hang_timeout_s=5")
+    waited = cli(tmp_path, "hpcdl.jobs", "wait", job_id, "--timeout", "200")
+    assert waited.stdout.strip() == "COMPLETED", cli(tmp_path, "hpcdl.jobs", "why", job_id).stdout
+    assert heartbeat_of(store / job_id, 1)["steps"] == 3  # the script's reports reached its rank's heartbeat
+
+
+def test_a_doctor_that_times_out_cancels_its_job(store: Path, tmp_path: Path) -> None:
+    done = cli(tmp_path, "hpcdl.doctor", "cluster=local", "--timeout", "0.5")
+    assert done.returncode == 1 and "error: no report within 0.5 s; job " in done.stderr, (done.stdout, done.stderr)
+    assert "cancelled: no allocation is left" in done.stderr, done.stderr
+    job_id = re.search(r"^job (\S+): checking", done.stdout, re.M).group(1)
+    assert cli(tmp_path, "hpcdl.jobs", "wait", job_id, "--timeout", "30").stdout.strip() == "CANCELLED"
+    pid = int(json.loads((store / job_id / MANIFEST).read_text())["backend_id"].split(":")[0])
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z",
+             30, "the doctor's job process ended")
+

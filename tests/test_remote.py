@@ -100,6 +100,14 @@ def test_a_script_submitted_through_the_login_node_runs_there_and_its_results_co
     assert sockets.stat().st_mode & 0o777 == 0o700 and len(list(sockets.iterdir())) == 1  # one master, reused
 
 
+def test_the_doctor_of_a_remote_profile_runs_on_its_login_node(client: dict[str, Path]) -> None:
+    done = cli("hpcdl.doctor", "cluster=site", "--timeout", "120", timeout=180)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    job = re.search(r"^job (\S+): checking 1 node\(s\) of profile site \.\.\.$", done.stdout, re.M).group(1)
+    assert (client["remote_store"] / job).is_dir() and not (client["store"] / job).exists()  # allocated there
+    assert re.search(r"^  store +passed", done.stdout, re.M) and "0 failed check(s) on 1 node(s)" in done.stdout
+
+
 def test_jobs_list_shows_what_was_last_seen_marked_offline_while_the_login_node_is_unreachable(
         client: dict[str, Path], sshd: Server) -> None:
     job = submitted(cli("hpcdl.submit", "cluster=site", "script=job.py"))

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from hpcdl.store.files import FAILURE, FAILURES, STACKS
+from hpcdl.store.files import FAILURE, FAILURES, MANIFEST, STACKS
 from tests.faults import cli, heartbeat_of, root_line, submit, verdict_after, wait_for, write_faults
 from tests.test_slurm import _launched_with, slurm_cluster  # noqa: F401 - the fixture
 
@@ -71,6 +73,24 @@ def test_a_rank_sleeping_before_an_all_reduce_on_slurm_is_named_with_its_stack(
     print(f"slurm hang: the verdict and the job's end {ended_s:.1f} s after the nap began (hang_timeout_s=5)")
 
 
+def test_a_script_rank_sleeping_before_an_all_reduce_on_slurm_is_named_with_its_stack(store: Path,
+                                                                                    tmp_path: Path) -> None:
+    """A 2-rank script (one rank a node) that reports its steps with hpcdl.report; rank 1 naps before an all-reduce."""
+    user = write_faults(tmp_path / "user")
+    job_id = submit(user, "script=stepping_script.py", *ON_SLURM, "cluster.tasks_per_node=1",
+                    "cluster.hang_timeout_s=5", "cluster.collective_timeout_s=90")
+    folder = store / job_id
+    wait_for(lambda: heartbeat_of(folder, 1).get("steps", 0) >= 5, 180, "rank 1 reached its nap")
+    napping = time.time()
+    why, ended_s = verdict_after(user, folder, job_id, napping)
+    host = heartbeat_of(folder, 1)["host"]
+    assert root_line(why).startswith(f"root cause: rank 1 on {host} (pid ") and "Hang: not in the collective" in why, why
+    assert 'stepping_script.py", line 10, in nap_before_all_reduce' in why, why
+    assert "rank 0: waiting in all_reduce" in why and "OUTLIER rank 1" in why, why
+    assert ended_s < 40, ended_s
+    print(f"slurm script hang: the verdict and the job's end {ended_s:.1f} s after the nap began (hang_timeout_s=5)")
+
+
 def test_jobs_stacks_reaches_every_rank_on_both_nodes(store: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAULT_NAP_S", "600")
@@ -113,3 +133,17 @@ def test_an_mpi_rank_killed_with_kill_9_on_slurm_is_named(store: Path, tmp_path:
     assert root_line(why).startswith(f"root cause: rank 1 on {beat['host']} (pid {beat['pid']})") and \
         "Signal: signal 9 (Killed) (mpirun)" in root_line(why), why
     print(f"slurm mpi kill -9: the job ended {ended_s:.1f} s after the kill")
+
+
+def test_a_doctor_that_times_out_on_slurm_leaves_no_job_in_the_queue(store: Path, tmp_path: Path) -> None:
+    done = cli(tmp_path, "hpcdl.doctor", "cluster=slurm", "cluster.nodes=2", "--timeout", "1")
+    assert done.returncode == 1 and "error: no report within 1 s; job " in done.stderr, (done.stdout, done.stderr)
+    job_id = re.search(r"^job (\S+): checking 2 node", done.stdout, re.M).group(1)
+    slurm_id = json.loads((store / job_id / MANIFEST).read_text())["backend_id"]
+
+    def queued() -> str:
+        return subprocess.run(["squeue", "-h", "-j", slurm_id, "-o", "%T"], capture_output=True, text=True).stdout
+
+    wait_for(lambda: queued().strip() == "", 30, f"Slurm job {slurm_id} left the queue")
+    assert cli(tmp_path, "hpcdl.jobs", "wait", job_id, "--timeout", "30").stdout.strip() == "CANCELLED"
+

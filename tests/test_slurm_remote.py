@@ -120,3 +120,11 @@ def test_profiles_check_of_a_remote_profile_asks_its_login_node(site: dict[str, 
     assert "profile   site (slurm)" in checked.stdout and re.search(r"^debug\*\s+2\s+4", checked.stdout, re.M)
     too_many = cli("hpcdl.profiles", "check", "site", "cluster.tasks_per_node=5")
     assert too_many.returncode == 1 and "the nodes of partition debug have 4 CPUs" in too_many.stderr
+
+
+def test_the_doctor_of_a_remote_slurm_profile_allocates_through_its_login_node(site: dict[str, Path]) -> None:
+    done = cli("hpcdl.doctor", "cluster=site", "cluster.nodes=2", "--timeout", "240", timeout=300)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    job = re.search(r"^job (\S+): checking 2 node\(s\) of profile site", done.stdout, re.M).group(1)
+    assert _scheduler_user(site["remote_store"] / job) == REMOTE_USER  # the login node's account asked Slurm
+    assert "n1 (" in done.stdout and "n2 (" in done.stdout and "0 failed check(s) on 2 node(s)" in done.stdout

@@ -208,3 +208,67 @@ def test_a_run_without_tensorboard_trains_and_says_how_to_get_it(tmp_path: Path)
     assert done.returncode == 0 and done.stdout.strip() == "max-epochs", done.stderr
     assert done.stderr.count("the tensorboard package is not installed (pip install tensorboard") == 1
     assert (tmp_path / "training-progress.png").is_file() and not (tmp_path / "tensorboard").exists()
+
+
+def _steps_in(events_dir: Path, tag: str = "train/loss") -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(events_dir))
+    events.Reload()
+    return [e.step for e in events.Scalars(tag)] if tag in events.Tags()["scalars"] else []
+
+
+def _view_threads() -> set[object]:
+    """The threads that draw a run's views or write its event files."""
+    import threading
+
+    return {t for t in threading.enumerate() if t.name == "hpcdl-views" or type(t).__name__ == "_AsyncWriterThread"}
+
+
+def test_a_run_that_fails_closes_its_views_with_every_step_so_far_readable(tmp_path: Path) -> None:
+    """A callback raises at iteration 7, well within the views' 10 s between updates (the first drew step 1)."""
+    def fail_at_7(record: dict) -> None:
+        if record["iteration"] == 7:
+            raise RuntimeError("the run fails on purpose")
+
+    before = _view_threads()
+    x, y = torch.randn(96, 4, generator=torch.Generator().manual_seed(0)), torch.arange(96) % 2
+    options = hpcdl.TrainingOptions(max_epochs=3, mini_batch_size=8, verbose=False, plots="training-progress",
+                                    output_dir=str(tmp_path))
+    with pytest.raises(RuntimeError, match="the run fails on purpose"):
+        hpcdl.train_network((x, y), torch.nn.Linear(4, 2), options, callbacks=[fail_at_7])
+    assert _view_threads() == before  # the views' thread and the event file's writer ended
+    assert _steps_in(tmp_path / "tensorboard") == list(range(1, 8))
+    from hpcdl.store.metrics import read_summary
+
+    assert read_summary(tmp_path).iterations == 7, read_summary(tmp_path)  # the summary saved on closing
+    assert (tmp_path / "training-progress.png").is_file()
+
+
+REPORTS_THEN_FAILS = '''
+import hpcdl
+
+
+def report_then_fail(config=None):
+    for step in range(1, 7):
+        hpcdl.report(step, 1.0 / step, total=100)
+    raise ValueError("fails after 6 steps on purpose")
+
+
+if __name__ == "__main__":
+    report_then_fail()
+'''
+
+
+def test_a_failing_jobs_reports_so_far_are_in_its_events_and_plot(store: Path, tmp_path: Path) -> None:
+    """Your own code (entry= in the rank's process, script= in its own) reports 6 steps and raises: the job's
+    final events and plot hold all 6, though the views drew only the first before the error."""
+    from tests.faults import cli, submit
+
+    (tmp_path / "reporter.py").write_text(REPORTS_THEN_FAILS)
+    jobs = [submit(tmp_path, "entry=reporter:report_then_fail"), submit(tmp_path, "script=reporter.py")]
+    for job_id in jobs:
+        waited = cli(tmp_path, "hpcdl.jobs", "wait", job_id, "--timeout", "200")
+        assert waited.stdout.strip() == "FAILED", (waited.stdout, cli(tmp_path, "hpcdl.jobs", "why", job_id).stdout)
+        assert _steps_in(store / job_id / "tensorboard") == list(range(1, 7)), job_id
+        assert (store / job_id / "training-progress.png").is_file()

@@ -1,8 +1,9 @@
 """Hangs: a multi-rank job that stops making progress is diagnosed before it is ended.
 
-The lead rank reads every rank's step count from its heartbeat (``hpcdl.distributed.heartbeat``). A rank whose
-count has not moved for ``hang_timeout_s`` (``hang_startup_s`` before its first step, where steps are sure to
-come: the built-in trainer) while it still heartbeats is hung: the lead asks every rank for its Python stacks
+The lead rank reads every rank's step count from its heartbeat (``hpcdl.distributed.heartbeat``; a script's
+``hpcdl.report`` steps reach it through ``hpcdl.distributed.script_steps``). A rank whose count has not moved for
+``hang_timeout_s`` (``hang_startup_s`` before its first step, where steps are sure to come: the built-in trainer;
+your own code is watched once it reports one) while it still heartbeats is hung: the lead asks every rank for its Python stacks
 (``hpcdl.distributed.stacks``), groups them, records the rank(s) outside the collective the others wait in as
 the cause (with its stack), records the job FAILED naming them, and ends itself, so that the job ends.
 """

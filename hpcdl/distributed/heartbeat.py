@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from hpcdl.distributed import failures, pace
+from hpcdl.distributed import failures, pace, script_steps
 from hpcdl.distributed.restarts import JobRuns, record_failure
 from hpcdl.distributed.env import node_name
 from hpcdl.errors import FolderGoneError, HpcdlError
@@ -49,16 +49,18 @@ _ticker: Optional["_Ticker"] = None
 
 def stepped() -> None:
     """Note that this rank has trained (or reported) a step: from now on the short timeout applies to it; the
-    step counts toward the rank's pace."""
+    step counts toward the rank's pace. In a script's process the step goes to the rank's worker."""
     _stepped.set()
     _steps[0] += 1
     pace.step()
+    script_steps.note(script_steps.STEP)
 
 
 def steps_ended() -> None:
     """Note that this rank makes no more steps (a worker without load, or a run past its last step, validating
     and saving): the hang watcher stops expecting them of it."""
     _stepping[0] = False
+    script_steps.note(script_steps.ENDED)
 
 
 def follow(pid: int) -> None:

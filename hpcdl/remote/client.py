@@ -198,7 +198,19 @@ def submit_remote(argv: Sequence[str]) -> Optional[int]:
 
 def check_remote(overrides: Sequence[str]) -> Optional[int]:
     """python -m hpcdl.profiles check on the login node when the profile is remote; None: it is not."""
-    picked = [o for o in overrides if is_site_override(o)]
+    return _with_profile_there("check", overrides)
+
+
+def doctor_remote(argv: Sequence[str]) -> Optional[int]:
+    """python -m hpcdl.doctor ARGV on the login node when the profile is remote (its allocation is the cluster's,
+    its report printed here); None: it is not."""
+    return _with_profile_there("doctor", argv)
+
+
+def _with_profile_there(verb: str, argv: Sequence[str]) -> Optional[int]:
+    """The agent's ``verb`` given the composed profile and the other arguments of ``argv``, when the profile is
+    remote; None: it is not."""
+    picked = [o for o in argv if is_site_override(o)]
     if not _may_be_remote(picked):
         return None
     from hpcdl.config.compose import compose_config
@@ -207,8 +219,8 @@ def check_remote(overrides: Sequence[str]) -> Optional[int]:
     if found is None:
         return None
     site, profile = found
-    request = {"profile": profile, "overrides": [o for o in overrides if not is_site_override(o)]}
-    return run_agent(site, ["check"], send=lambda stdin: stdin.write(json.dumps(request).encode() + b"\n"))[0]
+    request = {"profile": profile, "overrides": [o for o in argv if not is_site_override(o)]}
+    return run_agent(site, [verb], send=lambda stdin: stdin.write(json.dumps(request).encode() + b"\n"))[0]
 
 
 # --- jobs ----------------------------------------------------------------------------------------------------

@@ -263,7 +263,7 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
     if settings.verbose:
         print(f"[hpcdl] {'; '.join(speed.reasons)}", flush=True)
     restore_backend = apply_backend_settings(speed)
-    step = loader = None
+    step = loader = progress = None
     failed = True
     try:
         if not context.computes:  # WorkerLoad 0: this worker does no training computation
@@ -305,6 +305,10 @@ def train_network(data: Any, model: nn.Module, options: Optional[TrainingOptions
         info.skipped_files, info.train_s = loader.skipped, progress.elapsed() - state.elapsed_before
         progress.finish(reason)
         failed = False
+    except BaseException as error:
+        if progress is not None:
+            progress.abandon(error)
+        raise
     finally:
         if loader is not None:
             loader.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, TextIO
 
@@ -27,6 +28,7 @@ from hpcdl.view.progress_plot import RunFacts, write_progress_plot
 from hpcdl.config import TrainingOptions
 from hpcdl.train.settings import RunSettings
 from hpcdl.train.datawait import Wait
+from hpcdl.train.stopping import ended_by
 
 Record = dict[str, Any]
 Callback = Callable[[Record], Optional[bool]]
@@ -240,9 +242,26 @@ class Progress:
                            else None)
         if self.verbose:
             print(f"Training finished: {reason}", file=self.out, flush=True)
+        self.close()
+
+    def close(self) -> None:
+        """Draw the final plot and events from the records, stop the views' thread, close the files."""
         if self.views:
             self.views.close()
             if self.events is not None:
                 self.events.close()
         if self.folder:
             self.metrics.close()
+
+    def abandon(self, error: BaseException) -> None:
+        """Training ended with ``error``: keep the records of the steps the device has finished (waiting for none:
+        it may be what failed), then close as finish does, so that the records, the plot and the events so far
+        stay readable and no thread of the views is left; a failure here is said, never raised in place of
+        ``error``."""
+        self.info.stop_reason = ended_by(error)
+        try:
+            self.flush(wait=False)
+            self.close()
+        except Exception:  # noqa: BLE001 - the run's own error is the one to raise
+            print(f"[hpcdl] could not close the run's records after it {self.info.stop_reason}:\n"
+                  f"{traceback.format_exc()}", file=sys.stderr, flush=True)

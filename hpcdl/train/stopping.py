@@ -31,6 +31,11 @@ class StopRequested(HpcdlError):
         self.iteration = iteration
 
 
+def ended_by(error: BaseException) -> str:
+    """How a run that raised ``error`` ended, in the words its views give (the plot's title, its stop reason)."""
+    return "stopped" if isinstance(error, StopRequested) else f"failed ({type(error).__name__})"
+
+
 def _note(_signum: int, _frame: Any) -> None:
     _received.set()
 
