@@ -21,9 +21,14 @@ def preflight_lines(record: JobRecord) -> list[str]:
             failed = [f"{c['name']} ({c['detail']})" for c in checks if c["status"] == "failed"]
             passed = [c["name"] for c in checks if c["status"] == "passed"]
             skipped = [c["name"] for c in checks if c["status"] == "skipped"]
+            warned = [f"{c['name']} ({c['detail']})" for c in checks if c["status"] == "warned"]
             words = (f"FAILED {'; '.join(failed)}" if failed else "passed") + \
                 f" in {result['seconds']:.1f} s ({', '.join(passed) or 'none'} passed" + \
                 (f"; {', '.join(skipped)} skipped" if skipped else "") + ")"
+            if "busbw_gbps" in result:
+                words += f"; all-reduce {float(result['busbw_gbps']):.2f} GB/s"
+            if warned:
+                words += f"; WARNING {'; '.join(warned)}"
             if result.get("excluded"):
                 words += f"; excluded: the job was queued again without {result['node']}"
             lines.append(f"preflight {result['node']}: {words}")
