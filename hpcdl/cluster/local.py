@@ -176,4 +176,8 @@ class LocalBackend:
         """Never: a local job has this machine alone."""
         return f"a local job cannot move off {node}"
 
+    def left_out(self, root: Path) -> dict[str, str]:
+        """None: a local job has this machine alone."""
+        return {}
+
 BACKEND = LocalBackend

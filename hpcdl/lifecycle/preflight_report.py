@@ -1,4 +1,5 @@
-"""A job's preflight in words (jobs show): each node's checks, the failed ones named, an excluded node said."""
+"""A job's preflight in words (jobs show): the nodes its submission left out and why, each node's checks, the
+failed ones named, an excluded node said."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from hpcdl.store.safety import read_job_file
 
 
 def preflight_lines(record: JobRecord) -> list[str]:
-    """One line per node that ran its preflight (none when no node did); a node's file of the wrong shape is
-    said to be so."""
+    """One line per node the submission left out (the manifest's ``excluded``), then per node that ran its
+    preflight (none when no node did); a node's file of the wrong shape is said to be so."""
     folder = record.folder / PREFLIGHT
-    lines = []
+    excluded = record.manifest.get("excluded")
+    lines = [f"excluded {node}: {' '.join(reason.split())}" for node, reason in sorted(excluded.items())
+             if isinstance(node, str) and isinstance(reason, str)] if isinstance(excluded, dict) else []
     for name in sorted(p.name for p in folder.iterdir()) if folder.is_dir() else ():
         try:
             result = json.loads(read_job_file(record.folder, f"{PREFLIGHT}/{name}") or b"{}")
