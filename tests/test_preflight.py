@@ -135,7 +135,8 @@ def test_an_all_reduce_slowed_on_one_node_fails_that_node_alone_and_a_healthy_on
 
 
 def test_a_low_bandwidth_no_node_stands_out_in_warns_and_no_expected_figure_is_not_judged() -> None:
-    even = busbw.Timing(busbw_gbps=1.0, seconds=2.0, waited=[1.9, 1.8, 1.95], nodes=["a", "b", "c"], device="NVIDIA H100 80GB HBM3")
+    even = busbw.Timing(busbw_gbps=1.0, seconds=2.0, waited=[1.9, 1.8, 1.95], nodes=["a", "b", "c"],
+                        device="NVIDIA H100 80GB HBM3")
     assert busbw.expected_for({"H100": 40.0, "H100 80GB": 45.0, "cpu": 1.0}, even.device) == 45.0
     assert busbw.expected_for({"A100": 20.0}, even.device) is None
     assert [busbw.judge(even, i, 40.0)[0] for i in range(3)] == ["warned"] * 3

@@ -5,8 +5,9 @@ Checks, each named in the result: the GPUs the job asked for are visible; NVML's
 maximum); a bf16 matrix product at an expected fraction of the GPU's peak; an HBM write/read pattern; the store
 and the data root readable and writable (the data root readable); node-local scratch free. GPU checks are skipped,
 said so, without a GPU. The store is probed inside the job's own results folder, never in the store's root (whose
-time of change makes the job index look again). Then the all-reduce across the allocation (hpcdl.distributed.busbw). The node's result goes to ``preflight-results/NODE.preflight.json`` in the job folder. A node that
-fails is named with its failed checks; on Slurm the first run of the job is queued again with that node excluded
+time of change makes the job index look again). Then the all-reduce across the allocation (hpcdl.distributed.busbw).
+The node's result goes to ``preflight-results/NODE.preflight.json`` in the job folder. A node that fails is named
+with its failed checks; on Slurm the first run of the job is queued again with that node excluded
 (the backend's ``requeue_excluding``), recorded in the job's events; a second failure fails the job.
 """
 
