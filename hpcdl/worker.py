@@ -279,31 +279,40 @@ PREFLIGHT_REQUEUE_WAIT_S = 300.0
 
 
 def _preflight(folder: Path, plan: JobPlan, backend: Backend) -> None:
-    """One rank per node checks the node before the ranks meet (cluster.preflight); a failing node is excluded
-    and the job queued again on its first run, else the job fails naming the node and its failed checks."""
+    """One rank per node checks the node, then times an all-reduce with the other nodes' (cluster.preflight),
+    before the ranks meet; a failing node is excluded and the job queued again on its first run, else the job
+    fails naming the node and its failed checks (its failure record the root cause jobs why gives)."""
     from hpcdl.distributed.env import local_env
-    from hpcdl.distributed import preflight
+    from hpcdl.distributed import busbw, preflight
 
     cluster = plan.cluster
     if local_env().local_rank != 0 or not preflight.wanted(cluster.preflight, cluster.nodes, cluster.gpus_per_node,
                                                             plan.device):
         return
-    started, node = time.monotonic(), node_name()
+    started, node, job = time.monotonic(), node_name(), backend.this_job()
     data_root = plan.config.data.root if plan.config is not None else None
-    checks = preflight.run_checks(folder.parent, data_root, cluster.gpus_per_node)
+    checks = preflight.run_checks(folder, data_root, cluster.gpus_per_node)
+    fields: dict[str, Any] = {"restarts": backend.this_run(), "slurm_job": job}
     if not any(check.failed for check in checks):
-        preflight.write_result(folder, node, checks, time.monotonic() - started)
-        return
+        preflight.write_result(folder, node, checks, time.monotonic() - started, **fields)  # the others wait for it
+        check, timing = busbw.check_allreduce(folder, node, cluster.nodes, cluster.preflight_allreduce_mb,
+                                              cluster.preflight_busbw_gbps, cluster.gpus_per_node > 0)
+        checks.append(check)
+        if timing is not None:
+            fields["busbw_gbps"] = round(timing.busbw_gbps, 3)
+        if not check.failed:
+            preflight.write_result(folder, node, checks, time.monotonic() - started, **fields)
+            return
     reason = preflight.failure_words(node, checks)
     with contextlib.suppress(OSError, ValueError):
         remember(folder.parent, node, reason, cluster.preflight_hold_s)
-    job = backend.this_job()
     refused = backend.requeue_excluding(job, node) if job and backend.this_run() == 0 else "not queued again"
-    preflight.write_result(folder, node, checks, time.monotonic() - started, excluded=refused is None,
-                           restarts=backend.this_run(), slurm_job=job)
+    preflight.write_result(folder, node, checks, time.monotonic() - started, excluded=refused is None, **fields)
     if refused is None:
         print(f"[hpcdl] {reason}; the job is queued again without {node}", file=sys.stderr, flush=True)
         time.sleep(PREFLIGHT_REQUEUE_WAIT_S)  # Slurm ends this run meanwhile
+    failures.record(folder, global_rank(), "PreflightFailed", reason, "", run=heartbeat.run_token(), how="preflight",
+                    host=node, cause=True)
     with contextlib.suppress(FolderGoneError):
         record_failure(folder, backend, reason, rank=global_rank(), rank_host=node)
     print(f"[hpcdl] {reason}", file=sys.stderr, flush=True)

@@ -13,7 +13,8 @@ import os
 
 import pytest
 
-from hpcdl.distributed import preflight
+from hpcdl.distributed import busbw, preflight
+from hpcdl.distributed.env import free_port
 from hpcdl.store import badnodes
 from hpcdl.store.files import BAD_NODES
 from hpcdl.gpus import gpu_count
@@ -26,13 +27,34 @@ def test_each_check_catches_its_fault_and_passes_a_healthy_node(tmp_path: Path) 
     assert preflight.check_readable(tmp_path / "gone", "the data root") == \
         f"the data root {tmp_path / 'gone'} is missing on this node"
     assert preflight.check_scratch(least_gib=1e9).startswith("scratch ")
+    job = tmp_path / "job"
+    job.mkdir()
     started = time.monotonic()
-    checks = {c.name: c for c in preflight.run_checks(tmp_path, str(tmp_path), gpus_asked=0)}
+    checks = {c.name: c for c in preflight.run_checks(job, str(tmp_path), gpus_asked=0)}
     assert time.monotonic() - started < 45
     assert {name for name, c in checks.items() if c.status == "passed"} >= {"store", "data", "scratch"}
     assert not any(c.failed for c in checks.values()), checks
     assert checks["gpus"].status == "skipped"
-    assert list(tmp_path.iterdir()) == []  # the store's probe file is gone
+    assert [p.name for p in job.iterdir()] == ["preflight-results"]  # the store's probe file is gone
+    assert list((job / "preflight-results").iterdir()) == []
+
+
+def test_a_job_s_preflight_leaves_the_store_root_unchanged_and_skips_the_all_reduce_on_one_node(
+        store: Path, digits_root: Path) -> None:
+    for preflight_setting in ("off", "on"):  # the first makes the store's caches and index
+        submitted = subprocess.run([sys.executable, "-m", "hpcdl.submit", f"data.root={digits_root}",
+                                    f"cluster.preflight={preflight_setting}", "training.verbose=false",
+                                    "training.max_epochs=1"], capture_output=True, text=True, timeout=120)
+        assert submitted.returncode == 0, submitted.stderr
+        job_id = submitted.stdout.split()[2]
+        before = store.stat().st_mtime_ns  # the job index rescans the store when it changes
+        waited = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "wait", job_id, "--timeout", "120"],
+                                capture_output=True, text=True)
+        assert waited.stdout.strip() == "COMPLETED", waited
+    assert store.stat().st_mtime_ns == before, sorted(p.name for p in store.iterdir())
+    node = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
+    result = json.loads((store / job_id / "preflight-results" / f"{node}.preflight.json").read_text())
+    assert {c["name"]: (c["status"], c["detail"]) for c in result["checks"]}["allreduce"] == ("skipped", "one node")
 
 
 def test_preflight_is_on_for_several_nodes_and_gpu_jobs_when_auto() -> None:
@@ -58,6 +80,8 @@ def test_a_job_whose_data_root_is_missing_fails_in_preflight_naming_the_node(sto
     assert f"node {node} failed preflight: data (the data root {data} is missing on this node)" in shown, shown
     assert f"preflight {node}: FAILED data" in shown and "store" in shown
     assert (store / job_id / "preflight-results" / f"{node}.preflight.json").is_file()
+    why = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "why", job_id], capture_output=True, text=True).stdout
+    assert f"PreflightFailed: node {node} failed preflight: data (the data root {data} is missing" in why, why
 
 
 def test_a_failed_node_is_remembered_for_its_hold_and_another_users_writes_are_ignored(tmp_path: Path) -> None:
@@ -74,3 +98,47 @@ def test_a_failed_node_is_remembered_for_its_hold_and_another_users_writes_are_i
     assert list(badnodes.remembered(tmp_path)) == ["n2"]  # names and times checked one by one
     path.chmod(0o666)  # writable by others: anyone could have planted it
     assert badnodes.remembered(tmp_path) == {}
+
+
+TIME_ALLREDUCE = """
+import json, sys
+from dataclasses import asdict
+from hpcdl.distributed import busbw
+index, port, node = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+print(json.dumps(asdict(busbw.time_allreduce(index, 2, "127.0.0.1", port, 16, node, gpu=False))))
+"""
+
+
+def _time_two_nodes(slow: str = "") -> busbw.Timing:
+    """Two processes, nodes a and b, time the preflight's all-reduce over gloo; ``slow``: the injection."""
+    port, env = free_port(), {**os.environ, busbw.SLOW_NODE: slow}
+    ranks = [subprocess.Popen([sys.executable, "-c", TIME_ALLREDUCE, str(i), str(port), node], env=env,
+                              stdout=subprocess.PIPE, text=True) for i, node in enumerate("ab")]
+    outputs = [rank.communicate(timeout=120)[0] for rank in ranks]
+    assert all(rank.returncode == 0 for rank in ranks), outputs
+    timings = [busbw.Timing(**json.loads(output)) for output in outputs]
+    assert timings[0].busbw_gbps == timings[1].busbw_gbps and timings[0].nodes == ["a", "b"]
+    return timings[0]
+
+
+def test_an_all_reduce_slowed_on_one_node_fails_that_node_alone_and_a_healthy_one_passes() -> None:
+    healthy = _time_two_nodes()
+    expected = 0.05  # GB/s: gloo over loopback on a busy 2-core machine makes several times that
+    assert healthy.device == "cpu" and healthy.busbw_gbps > expected, healthy
+    assert [busbw.judge(healthy, i, expected)[0] for i in (0, 1)] == ["passed", "passed"]
+    slowed = _time_two_nodes("b:0.5")  # b's contribution 0.5 s late in each all-reduce
+    assert slowed.busbw_gbps < 0.8 * expected and slowed.waited[0] > slowed.waited[1] + 2, slowed
+    status, detail = busbw.judge(slowed, 1, expected)
+    assert status == "failed" and "under the expected 0.05; the other nodes waited for this one" in detail, detail
+    status, detail = busbw.judge(slowed, 0, expected)
+    assert status == "passed" and "node b is slow" in detail, detail
+
+
+def test_a_low_bandwidth_no_node_stands_out_in_warns_and_no_expected_figure_is_not_judged() -> None:
+    even = busbw.Timing(busbw_gbps=1.0, seconds=2.0, waited=[1.9, 1.8, 1.95], nodes=["a", "b", "c"],
+                        device="NVIDIA H100 80GB HBM3")
+    assert busbw.expected_for({"H100": 40.0, "H100 80GB": 45.0, "cpu": 1.0}, even.device) == 45.0
+    assert busbw.expected_for({"A100": 20.0}, even.device) is None
+    assert [busbw.judge(even, i, 40.0)[0] for i in range(3)] == ["warned"] * 3
+    assert busbw.judge(even, 0, 1.2) == ("passed", "all-reduce bus bandwidth 1.00 GB/s, expected 1.2")
+    assert busbw.judge(even, 0, None)[0] == "passed" and "not judged" in busbw.judge(even, 0, None)[1]

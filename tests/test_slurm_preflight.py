@@ -52,6 +52,8 @@ def test_a_node_without_the_data_root_is_excluded_and_the_job_requeued_once(stor
     assert job.refresh().state == "FAILED"
     assert f"node {second['node']} failed preflight: data (the data root {data} is missing" in shown, shown
     assert f"excluded: the job was queued again without {first['node']}" in shown, shown
+    why = _cli("hpcdl.jobs", "why", job.id).stdout  # the failing node's record is the root cause
+    assert f"PreflightFailed: node {second['node']} failed preflight: data (the data root {data}" in why, why
     excluded = subprocess.run(["scontrol", "show", "job", job.backend_id], capture_output=True, text=True).stdout
     assert f"ExcNodeList={first['node']}" in excluded
     assert sorted(badnodes.remembered(store)) == ["n1", "n2"]  # left out of this user's next jobs

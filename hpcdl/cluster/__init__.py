@@ -93,6 +93,10 @@ class Backend(JobRuns, Protocol):
         """In the job: queue it again never to run on ``node`` (which failed its preflight); None once queued,
         else the refusal in words."""
 
+    def left_out(self, root: Path) -> dict[str, str]:
+        """The nodes this backend's submissions into the store ``root`` leave out now, each with why (the nodes
+        that failed a preflight of this user's jobs lately); none where the backend cannot leave a node out."""
+
 
 def backend_for(name: str) -> Backend:
     """The backend a profile's ``backend`` names: ``BACKEND`` of the module hpcdl.cluster.<name>; ConfigError for

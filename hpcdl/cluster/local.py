@@ -193,4 +193,8 @@ class LocalBackend:
         """None: there is no scheduler's account of an earlier run."""
         return None
 
+    def left_out(self, root: Path) -> dict[str, str]:
+        """None: a local job has this machine alone."""
+        return {}
+
 BACKEND = LocalBackend

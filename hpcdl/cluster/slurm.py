@@ -200,8 +200,9 @@ def max_array_size() -> int:
 
 
 def array_script(tasks: list[list[tuple[JobPlan, Path]]], sweep: Path, parallelism: Optional[int],
-                 points_per_task: int) -> str:
-    """The sbatch script of one job array: task i runs the points of ``tasks[i]`` (all with the same request).
+                 points_per_task: int, exclude: Sequence[str] = ()) -> str:
+    """The sbatch script of one job array: task i runs the points of ``tasks[i]`` (all with the same request);
+    ``exclude``: nodes left out.
 
     One point a task: its ranks start as a job's do (srun, or the profile's mpirun), each logging into the
     point's folder. Several: hpcdl's sweep runner runs them in the task's allocation, several at once.
@@ -226,7 +227,7 @@ def array_script(tasks: list[list[tuple[JobPlan, Path]]], sweep: Path, paralleli
         else:
             lines.append(f'srun --unbuffered --open-mode=append --output "$folder/slurm/%A_%a_%t_log.out" '
                          f'--error "$folder/slurm/%A_%a_%t_log.err" --kill-on-bad-exit=1 {worker}')
-    parameters = {**sbatch_parameters(plan), "use_srun": False, "srun_args": None,
+    parameters = {**sbatch_parameters(plan, exclude), "use_srun": False, "srun_args": None,
                   "job_name": f"{plan.name}-sweep"}
     return _stop_signal_forwarded(_make_sbatch_string(command="\n".join(lines), folder=sweep / "slurm",
                                                       map_count=len(tasks),
@@ -329,7 +330,7 @@ class SlurmBackend:
 
     def preview(self, plan: JobPlan, folder: Path) -> str:
         """The sbatch script and the variables that travel with the job."""
-        lines = [sbatch_script(plan, folder, sorted(remembered(folder.parent))).rstrip("\n"), "",
+        lines = [sbatch_script(plan, folder, sorted(self.left_out(folder.parent))).rstrip("\n"), "",
                  "# variables copied from the submitting shell (--export allow-list):"]
         lines += [f"#   {name}" for name in plan.exported]
         lines += [f"#   {name} (secret: passed by name, its value never written)" for name in plan.cluster.secrets]
@@ -337,7 +338,7 @@ class SlurmBackend:
 
     def submit(self, plan: JobPlan, folder: Path) -> str:
         """sbatch the job's script (the one preview shows) through submitit; returns Slurm's job id."""
-        left_out = sorted(remembered(folder.parent))  # nodes that failed a preflight of this user's lately
+        left_out = sorted(self.left_out(folder.parent))
         executor = _executor_class()(sbatch_script(plan, folder, left_out), folder=folder / "slurm",
                                    python=_python(plan), max_num_timeout=0)
         executor.update_parameters(**sbatch_parameters(plan, left_out))
@@ -360,6 +361,7 @@ class SlurmBackend:
             script = scripts.get(id(plan)) or scripts.setdefault(id(plan), sbatch_script(plan, Path("/")))
             groups.setdefault(script, []).append((plan, folder))
         limit = max_array_size()
+        left_out = sorted(self.left_out(sweep.parent))
         point_ids: dict[Path, str] = {}
         arrays: list[str] = []
         try:
@@ -372,7 +374,7 @@ class SlurmBackend:
                     chunk = tasks[first:first + limit]
                     script = sweep / "slurm" / f"array-{len(list((sweep / 'slurm').glob('array-*.sh')))}.sh"
                     script.parent.mkdir(mode=0o700, exist_ok=True)
-                    atomic_write_text(script, array_script(chunk, sweep, parallelism, points_per_task))
+                    atomic_write_text(script, array_script(chunk, sweep, parallelism, points_per_task, left_out))
                     array_id = _run(["sbatch", "--parsable", str(script)]).strip().split(";")[0]
                     arrays.append(array_id)
                     for task, task_points in enumerate(chunk):
@@ -461,6 +463,10 @@ class SlurmBackend:
         raised); None once queued, else what scontrol said."""
         done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
         return None if done.returncode == 0 else f"scontrol requeue failed: {done.stderr.strip()}"
+
+    def left_out(self, root: Path) -> dict[str, str]:
+        """The nodes that failed a preflight of this user's jobs lately (--exclude), each with its reason."""
+        return {node: str(entry.get("reason") or "failed a preflight") for node, entry in remembered(root).items()}
 
     def requeue_excluding(self, job: str, node: str) -> Optional[str]:
         """scontrol requeue, then the job's excluded nodes raised by ``node`` while Slurm holds the requeued job

@@ -131,8 +131,14 @@ class ClusterConfig:
     >= hang_timeout_s."""
     preflight: str = "auto"
     """Each node checks itself before the ranks meet (GPUs, NVML health, a bf16 GEMM, HBM, store, data root,
-    scratch): on, off, or auto (on for several nodes and for GPU jobs). On Slurm a failing node is excluded and the
+    scratch), then an all-reduce across the nodes: on, off, or auto (on for several nodes and for GPU jobs). On Slurm a failing node is excluded and the
     job queued again once."""
+    preflight_allreduce_mb: int = 64
+    """Size of the preflight's timed all-reduce across the allocation (one rank per node), in MB, >= 1."""
+    preflight_busbw_gbps: Dict[str, float] = field(default_factory=dict)
+    """The all-reduce bus bandwidth (GB/s, nccl-tests' busbw) one rank per node must reach across the allocation,
+    by device: a GPU name part (H100) or cpu (gloo); more than 20% lower fails the node the others waited for,
+    or warns when none stands out. A device not listed: measured and recorded, not judged."""
     preflight_hold_s: int = 86400
     """How long a node that failed a preflight is left out of your later Slurm jobs (sbatch --exclude), in
     seconds; 0: not remembered, >= 0."""
@@ -171,6 +177,9 @@ class ClusterConfig:
                 f">= hang_timeout_s ({self.hang_timeout_s})")
         require_choice(self, "preflight", PREFLIGHT_SETTINGS)
         require(self, "preflight_hold_s", self.preflight_hold_s >= 0, ">= 0")
+        require(self, "preflight_allreduce_mb", self.preflight_allreduce_mb >= 1, ">= 1")
+        require(self, "preflight_busbw_gbps", all(v > 0 for v in self.preflight_busbw_gbps.values()),
+                "a table of device name part to GB/s > 0, e.g. {H100: 40}")
         require(self, "straggler_margin", self.straggler_margin > 0, "> 0")
         require(self, "straggler_window_s", self.straggler_window_s >= 5, ">= 5")
         require(self, "mpirun", len(self.mpirun) > 0, "a command, e.g. [mpirun, --bind-to, none]")

@@ -81,7 +81,7 @@ def own_address() -> str:
         return "127.0.0.1"
 
 
-def _rendezvous(folder: Path, rank: int, key: str) -> tuple[str, int]:
+def rendezvous(folder: Path, rank: int, key: str) -> tuple[str, int]:
     """Rank 0 publishes its address and a free port in ``folder``; the others wait for it."""
     path = folder / RENDEZVOUS.format(key=key)
     if rank == 0:
@@ -117,7 +117,7 @@ def discover(job_folder: Optional[Path] = None) -> DistEnv:
         rank, world_size = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
         folder = job_folder or Path(env.get("HPCDL_JOB_FOLDER", "."))
         key = f"{env.get('SLURM_JOB_ID', '0')}-{env.get('SLURM_STEP_ID', '0')}-{env.get('SLURM_RESTART_COUNT', '0')}"
-        addr, port = _rendezvous(folder, rank, key)
+        addr, port = rendezvous(folder, rank, key)
         return DistEnv(rank, world_size, int(env.get("SLURM_LOCALID", 0)), _tasks_on_this_node(env), addr, port,
                        "slurm")
     return DistEnv(0, 1, 0, 1, "127.0.0.1", 0, "single")

@@ -4,8 +4,10 @@ Checks, each named in the result: the GPUs the job asked for are visible; NVML's
 (uncorrected ECC errors, retired or remapped rows pending, throttling for a hardware reason, a PCIe link below its
 maximum); a bf16 matrix product at an expected fraction of the GPU's peak; an HBM write/read pattern; the store
 and the data root readable and writable (the data root readable); node-local scratch free. GPU checks are skipped,
-said so, without a GPU. The node's result goes to ``preflight-results/NODE.preflight.json`` in the job folder. A node that
-fails is named with its failed checks; on Slurm the first run of the job is queued again with that node excluded
+said so, without a GPU. The store is probed inside the job's own results folder, never in the store's root (whose
+time of change makes the job index look again). Then the all-reduce across the allocation (hpcdl.distributed.busbw).
+The node's result goes to ``preflight-results/NODE.preflight.json`` in the job folder. A node that fails is named
+with its failed checks; on Slurm the first run of the job is queued again with that node excluded
 (the backend's ``requeue_excluding``), recorded in the job's events; a second failure fails the job.
 """
 
@@ -34,7 +36,8 @@ BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "GH200": 989.0, "A100": 312.0,
 
 @dataclass
 class Check:
-    """One check's outcome: passed, failed (with what was found) or skipped (why)."""
+    """One check's outcome: passed, failed (with what was found), warned (a fault of no single node) or skipped
+    (why)."""
 
     name: str
     status: str
@@ -171,6 +174,15 @@ def check_writable(folder: Path, what: str) -> Optional[str]:
     return None
 
 
+def check_store(job: Path) -> Optional[str]:
+    """The store is writable from this node: probed in the job folder's PREFLIGHT folder (made here)."""
+    try:
+        probe = make_folder(job / PREFLIGHT)
+    except OSError as e:
+        return f"the store {job.parent} is not writable: {e.strerror or e}"
+    return check_writable(probe, "the store")
+
+
 def check_readable(folder: Path, what: str) -> Optional[str]:
     """``folder`` exists and can be listed."""
     if not folder.is_dir():
@@ -189,10 +201,10 @@ def check_scratch(least_gib: float = SCRATCH_MIN_GIB) -> Optional[str]:
     return None if free >= least_gib else f"scratch {scratch} has {free:.1f} GiB free, under {least_gib:g} GiB"
 
 
-def run_checks(store: Path, data_root: Optional[str], gpus_asked: int) -> list[Check]:
-    """Every check of this node, in order."""
+def run_checks(job: Path, data_root: Optional[str], gpus_asked: int) -> list[Check]:
+    """Every check of this node, in order; ``job``: the job folder (the store is probed inside it)."""
     checks = [_run("gpus", lambda: check_gpus(gpus_asked)), _run("nvml", check_nvml), _run("gemm", check_gemm),
-              _run("hbm", check_hbm), _run("store", lambda: check_writable(store, "the store"))]
+              _run("hbm", check_hbm), _run("store", lambda: check_store(job))]
     if data_root is not None and "://" not in data_root:
         checks.append(_run("data", lambda: check_readable(Path(data_root).expanduser(), "the data root")))
     checks.append(_run("scratch", check_scratch))
@@ -218,16 +230,19 @@ ADVICE = {
     "store": "set cluster.store to a folder every node can write (a shared filesystem)",
     "data": "give data.root a path mounted on every node (or a URL the nodes can read)",
     "scratch": "free node-local scratch, or point TMPDIR at a larger local disk (cluster.env.TMPDIR)",
+    "allreduce": "drain the node the others wait for, or check the interconnect and the profile's network settings "
+                 "(cluster.network: interfaces, HCAs, GDR level) and cluster.preflight_busbw_gbps",
 }
 """What to change where a check fails (python -m hpcdl.doctor)."""
 
 
 def node_report(store: str, data_root: Optional[str], gpus_asked: int) -> dict[str, Any]:
-    """This node's checks as python -m hpcdl.doctor gathers them from every rank: node, seconds, checks."""
+    """This node's checks as python -m hpcdl.doctor gathers them from every rank: node, seconds, checks. The doctor
+    runs as a job of ``store``: the store is probed in that job's own folder."""
     from hpcdl.distributed.env import node_name
 
     started = time.monotonic()
-    checks = run_checks(Path(store), data_root, gpus_asked)
+    checks = run_checks(Path(os.environ["HPCDL_JOB_FOLDER"]), data_root, gpus_asked)
     return {"node": node_name(), "seconds": round(time.monotonic() - started, 2),
             "checks": [asdict(c) for c in checks]}
 

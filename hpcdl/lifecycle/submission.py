@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from hpcdl.cluster import backend_for
+from hpcdl.cluster import Backend, backend_for
 from hpcdl.config import Config
 from hpcdl.config.cluster import time_limit_seconds
 from hpcdl.config.secrets import check_no_secret_values
@@ -68,6 +68,13 @@ def job_manifest(job_id: str, plan: JobPlan, overrides: Sequence[str], code: Opt
     }
 
 
+def left_out(backend: Backend, root: Path) -> dict[str, Any]:
+    """The manifest's record of the nodes the backend leaves out of a submission now ({"excluded": {node:
+    reason}}), nothing when it leaves none out."""
+    excluded = backend.left_out(root)
+    return {"excluded": excluded} if excluded else {}
+
+
 def submit_job(plan: JobPlan, *, overrides: Sequence[str] = (),
                payload: Optional[tuple[Callable, tuple, dict]] = None) -> Job:
     """Write the job and its plan into the store and hand it to the backend; nothing stays if that fails.
@@ -89,7 +96,7 @@ def submit_job(plan: JobPlan, *, overrides: Sequence[str] = (),
 
             atomic_save(folder / FUNCTION, lambda f: cloudpickle.dump(payload, f))
         code = take_snapshot(Path.cwd(), folder, plan.cluster.snapshot_limit_mb) if runs_user_code(plan) else None
-        manifest = job_manifest(job_id, plan, overrides, code)
+        manifest = job_manifest(job_id, plan, overrides, code, **left_out(backend, root))
         write_json(folder / MANIFEST, manifest)
         stage = "backend"
         manifest["backend_id"] = backend.submit(plan, folder)
@@ -131,6 +138,8 @@ def resume_job(job: Job, time_limit: Optional[str] = None) -> Job:
     backend = backend_for(plan.cluster.backend)
     backend.check(plan)
     manifest = dict(record.manifest)
+    manifest.pop("excluded", None)
+    manifest.update(left_out(backend, record.folder.parent))
     if isinstance(manifest.get("sweep"), dict):  # a sweep's point goes on as a job of its own, not its runner's
         manifest["sweep"] = {**manifest["sweep"], "runner": False}
     previous = {"at": time.time(), "after": record.state, "reason": record.reason,

@@ -26,7 +26,7 @@ from hpcdl.store.folders import (JobRecord, new_job_folder, new_named_folder, re
                                  store_root, write_json)
 from hpcdl.store.files import CANCELLED_MARK, MULTIRUN
 from hpcdl.store.sweeps import SUBMITTING_MARK, SWEEP
-from hpcdl.lifecycle.submission import job_manifest, runs_user_code
+from hpcdl.lifecycle.submission import job_manifest, left_out, runs_user_code
 
 HYDRA_FOLDER = ".hydra"
 
@@ -164,13 +164,14 @@ def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions
         manifests = []
         common: dict[int, dict[str, Any]] = {}  # one manifest body per distinct plan, not a plan.to_dict() a point
         git = sweep.manifest.get("git") or {}  # asked once, for the sweep
+        excluded = left_out(backend, root)
         for point, point_id in zip(points, ids):
             folder = new_named_folder(root, point_id)
             created.append(folder)
             _write_point_files(folder, point)
             shared = {**code, "in": sweep.id} if code and runs_user_code(point.plan) else None
             if id(point.plan) not in common:
-                common[id(point.plan)] = job_manifest(point_id, point.plan, (), shared, git)
+                common[id(point.plan)] = job_manifest(point_id, point.plan, (), shared, git, **excluded)
             manifest = {**common[id(point.plan)], "id": point_id, "overrides": list(point.overrides),
                         "output_dir": point.output_dir,
                         "sweep": {"id": sweep.id, "num": point.num, "overrides": list(point.overrides),
