@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from hpcdl.errors import HpcdlError
-from hpcdl.remote.protocol import FETCHED, RESEND, WRONG_VERSION, hpcdl_version
+from hpcdl.remote.protocol import FETCHED, GROUP_FILE, RESEND, WRONG_VERSION, hpcdl_version
 from hpcdl.remote.transfer import fill_from, keep, pack_tree, unpack
 
 SUBMITTED = re.compile(r"^Submitted (?:job|sweep) (\S+?):? ", re.MULTILINE)
@@ -53,13 +53,23 @@ def _work_folder() -> Path:
 
 
 @contextlib.contextmanager
-def _as_profile(profile: dict[str, Any]) -> Iterator[tuple[str, Path]]:
-    """The client's composed profile as a profile here, found first by its name; (name, a private work folder)."""
+def _as_profile(profile: dict[str, Any], groups: Any = None) -> Iterator[tuple[str, Path]]:
+    """The client's composed profile as a profile here, found first by its name, with the group files of the
+    client's own that its overrides pick ('data/mine.yaml' -> text); (name, a private work folder)."""
     name = profile.get("name") if PROFILE_NAME.match(str(profile.get("name"))) else "remote"
+    groups = groups or {}
+    for key, text in groups.items() if isinstance(groups, dict) else [("", None)]:
+        found = GROUP_FILE.match(key)
+        if found is None or found.group(1) == "cluster" or not isinstance(text, str):
+            raise HpcdlError(f"the client sent a config group file {key!r}: only GROUP/NAME.yaml (not cluster) "
+                             "is taken")
     work = Path(tempfile.mkdtemp(prefix=".incoming-", dir=_work_folder()))
     try:
         (work / "config" / "cluster").mkdir(parents=True)
         (work / "config" / "cluster" / f"{name}.yaml").write_text(json.dumps(profile))
+        for key, text in groups.items():
+            (work / "config" / key).parent.mkdir(exist_ok=True)
+            (work / "config" / key).write_text(text)
         os.environ["HPCDL_CONFIG_DIR"] = str(work / "config")
         yield name, work
     finally:
@@ -70,7 +80,7 @@ def _as_profile(profile: dict[str, Any]) -> Iterator[tuple[str, Path]]:
 def submit(stdin: BinaryIO) -> int:
     """Submit what the client sent: its profile as this run's profile, its overrides, from its code."""
     request = json.loads(stdin.readline())
-    with _as_profile(request["profile"]) as (name, work):
+    with _as_profile(request["profile"], request.get("groups")) as (name, work):
         code = work / "code"
         code.mkdir()
         unpack(stdin, code)  # whole before anything runs: a cut transfer submits nothing
@@ -100,7 +110,7 @@ def submit(stdin: BinaryIO) -> int:
 def check(stdin: BinaryIO) -> int:
     """python -m hpcdl.profiles check, here, of the client's profile with its overrides."""
     request = json.loads(stdin.readline())
-    with _as_profile(request["profile"]) as (name, _):
+    with _as_profile(request["profile"], request.get("groups")) as (name, _):
         from hpcdl.profiles import main
 
         return main(["check", name, *request["overrides"]])

@@ -9,6 +9,7 @@ has left) is refused before anything is written.
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -64,6 +65,9 @@ def start_pool(profile: ClusterConfig, name: str, idle_timeout_s: int, wait_s: f
     check_pool_name(name, "name")
     if profile.pool is not None:
         raise ConfigError("cluster.pool: a pool is not started inside another pool")
+    if profile.remote.host is not None:
+        raise ConfigError(f"cluster={profile.name}: a pool is held from the login node ({profile.remote.host}); "
+                          "start it there, then submit to it from here with cluster.pool=NAME")
     if idle_timeout_s < 10:
         raise ConfigError(f"idle_timeout: {idle_timeout_s} s is too short; give at least 10 s")
     backend = backend_for(profile.backend)
@@ -75,7 +79,11 @@ def start_pool(profile: ClusterConfig, name: str, idle_timeout_s: int, wait_s: f
         raise ConfigError(f"name: pool {name!r} is {live[0].state} (scheduler id {live[0].record.backend_id}); "
                           f"stop it (python -m hpcdl.pool stop {name}) or choose another name")
     folder = new_pool_folder(root, name)
-    held = backend.start_pool(profile, folder, name, idle_timeout_s)
+    try:
+        held = backend.start_pool(profile, folder, name, idle_timeout_s)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)  # nothing half-started stays
+        raise
     pool = PoolRecord(name=name, folder=folder, backend=profile.backend, backend_id=held,
                       profile=dataclasses.asdict(profile), idle_timeout_s=idle_timeout_s, started_at=time.time())
     save_pool(pool)
