@@ -338,3 +338,14 @@ def test_the_agent_takes_only_group_files_by_their_plain_names(tmp_path: Path,
     with _as_profile({"name": "site"}, {"data/mine.yaml": "root: /d\n"}) as (_, work):
         assert (work / "config" / "data" / "mine.yaml").read_text() == "root: /d\n"
     assert not list((tmp_path / "hpcdl" / "remote").glob(".incoming-*"))
+
+
+def test_a_jobs_list_of_this_store_says_in_one_line_how_to_list_the_jobs_on_login_nodes(
+        client: dict[str, Path]) -> None:
+    assert cli("hpcdl.jobs", "list").stderr == ""
+    job = submitted(cli("hpcdl.submit", "cluster=site", "script=job.py"))
+    local = cli("hpcdl.jobs", "list")
+    assert local.returncode == 0 and job not in local.stdout
+    assert local.stderr == ("note: 1 job(s) were submitted from here to login nodes; list them with "
+                            "python -m hpcdl.jobs list cluster=site\n")
+    assert job in cli("hpcdl.jobs", "list", "cluster=site").stdout
