@@ -4,6 +4,7 @@
     python -m hpcdl.agent --expect VERSION jobs VERB ... # python -m hpcdl.jobs VERB ... here
     python -m hpcdl.agent --expect VERSION fetch ID [--wait]  # the fetched results as a tar on stdout
     python -m hpcdl.agent --expect VERSION check         # stdin: one JSON line; python -m hpcdl.profiles check
+    python -m hpcdl.agent --expect VERSION pool          # stdin: one JSON line; python -m hpcdl.pool here
 
 Submitting, it runs hpcdl.submit here with the client's composed profile, from the code it was sent, and writes
 the job's id as JSON on stdout (what hpcdl.submit prints goes to stderr).
@@ -116,6 +117,18 @@ def check(stdin: BinaryIO) -> int:
         return main(["check", name, *request["overrides"]])
 
 
+def pool(stdin: BinaryIO) -> int:
+    """python -m hpcdl.pool, here, with the client's profile: its verb, then cluster=PROFILE, then the rest (a
+    pool stop's NAME first)."""
+    request = json.loads(stdin.readline())
+    argv = [str(word) for word in request.get("argv") or []]
+    with _as_profile(request["profile"]) as (name, _):
+        from hpcdl.pool import main
+
+        head = 2 if argv[:1] == ["stop"] else 1
+        return main([*argv[:head], f"cluster={name}", *argv[head:]])
+
+
 def fetch(job: str, wait: bool) -> int:
     """``jobs fetch`` into a private temporary folder, sent as a tar on stdout (what it prints: on stderr)."""
     from hpcdl.jobs import main
@@ -161,6 +174,8 @@ def _run(verb: str, rest: list[str]) -> int:
         return fetch(rest[0], "--wait" in rest[1:])
     if verb == "check":
         return check(sys.stdin.buffer)
+    if verb == "pool":
+        return pool(sys.stdin.buffer)
     print(f"unknown verb {verb!r}\n{__doc__}", file=sys.stderr)
     return 2
 

@@ -9,7 +9,8 @@ start: the profile's settings (nodes=1 stands for cluster.nodes=1, time= for clu
 holds; name= names it (default: pool); idle_timeout= (a Slurm time: MM, MM:SS, HH:MM:SS; default 15 minutes)
 releases it once no job has run on it for that long. Jobs given cluster.pool=NAME run as steps of it, side by
 side while they fit; one asking for more time than the pool has left is refused. stop releases it at once: its
-running jobs end CANCELLED. cluster= picks the profile (and so the store) a command works with.
+running jobs end CANCELLED. cluster= picks the profile (and so the store) a command works with; with a remote
+profile each command runs on its login node.
 """
 
 from __future__ import annotations
@@ -120,8 +121,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    from hpcdl.remote.client import pool_remote
+
     args = parser().parse_args(argv)
     try:
+        if (remote := pool_remote(argv)) is not None:  # a remote profile: the pool is held from its login node
+            return remote
         return args.run(args)
     except HpcdlError as e:
         print(f"error: {e}", file=sys.stderr)

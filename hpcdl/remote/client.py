@@ -216,9 +216,10 @@ def submit_remote(argv: Sequence[str]) -> Optional[int]:
     return _follow(site, ["watch", job_id], skip_shown=False)  # followed from here: a dropped connection resumes
 
 
-def check_remote(overrides: Sequence[str]) -> Optional[int]:
-    """python -m hpcdl.profiles check on the login node when the profile is remote; None: it is not."""
-    picked = [o for o in overrides if is_site_override(o)]
+def _ask_agent(words: Sequence[str], verb: str, request: Callable[[list[str], dict], dict]) -> Optional[int]:
+    """The agent's ``verb`` on the login node of the remote profile ``words`` pick, sent ``request(the other
+    words, the profile to run there)`` as one JSON line; None when the profile is not remote."""
+    picked = [w for w in words if is_site_override(w)]
     if not _may_be_remote(picked):
         return None
     from hpcdl.config.compose import compose_config
@@ -227,9 +228,20 @@ def check_remote(overrides: Sequence[str]) -> Optional[int]:
     if found is None:
         return None
     site, profile = found
-    rest = [o for o in overrides if not is_site_override(o)]
-    request = {"profile": profile, "overrides": rest, "groups": own_group_files(rest)}
-    return run_agent(site, ["check"], send=lambda stdin: stdin.write(json.dumps(request).encode() + b"\n"))[0]
+    sent = request([w for w in words if not is_site_override(w)], profile)
+    return run_agent(site, [verb], send=lambda stdin: stdin.write(json.dumps(sent).encode() + b"\n"))[0]
+
+
+def check_remote(overrides: Sequence[str]) -> Optional[int]:
+    """python -m hpcdl.profiles check on the login node when the profile is remote; None: it is not."""
+    return _ask_agent(overrides, "check", lambda rest, profile: {"profile": profile, "overrides": rest,
+                                                                  "groups": own_group_files(rest)})
+
+
+def pool_remote(argv: Sequence[str]) -> Optional[int]:
+    """python -m hpcdl.pool ARGV on the login node when its profile is remote (the pool is held from there); None:
+    it is not."""
+    return _ask_agent(argv, "pool", lambda rest, profile: {"profile": profile, "argv": rest})
 
 
 # --- jobs ----------------------------------------------------------------------------------------------------
