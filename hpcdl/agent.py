@@ -5,6 +5,7 @@
     python -m hpcdl.agent --expect VERSION fetch ID [--wait]  # the fetched results as a tar on stdout
     python -m hpcdl.agent --expect VERSION check         # stdin: one JSON line; python -m hpcdl.profiles check
     python -m hpcdl.agent --expect VERSION doctor        # stdin: one JSON line; python -m hpcdl.doctor
+    python -m hpcdl.agent --expect VERSION pool          # stdin: one JSON line; python -m hpcdl.pool here
 
 Submitting, it runs hpcdl.submit here with the client's composed profile, from the code it was sent, and writes
 the job's id as JSON on stdout (what hpcdl.submit prints goes to stderr).
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from hpcdl.errors import HpcdlError
-from hpcdl.remote.protocol import FETCHED, RESEND, WRONG_VERSION, hpcdl_version
+from hpcdl.remote.protocol import FETCHED, GROUP_FILE, RESEND, WRONG_VERSION, hpcdl_version
 from hpcdl.remote.transfer import fill_from, keep, pack_tree, unpack
 
 SUBMITTED = re.compile(r"^Submitted (?:job|sweep) (\S+?):? ", re.MULTILINE)
@@ -54,13 +55,23 @@ def _work_folder() -> Path:
 
 
 @contextlib.contextmanager
-def _as_profile(profile: dict[str, Any]) -> Iterator[tuple[str, Path]]:
-    """The client's composed profile as a profile here, found first by its name; (name, a private work folder)."""
+def _as_profile(profile: dict[str, Any], groups: Any = None) -> Iterator[tuple[str, Path]]:
+    """The client's composed profile as a profile here, found first by its name, with the group files of the
+    client's own that its overrides pick ('data/mine.yaml' -> text); (name, a private work folder)."""
     name = profile.get("name") if PROFILE_NAME.match(str(profile.get("name"))) else "remote"
+    groups = groups or {}
+    for key, text in groups.items() if isinstance(groups, dict) else [("", None)]:
+        found = GROUP_FILE.match(key)
+        if found is None or found.group(1) == "cluster" or not isinstance(text, str):
+            raise HpcdlError(f"the client sent a config group file {key!r}: only GROUP/NAME.yaml (not cluster) "
+                             "is taken")
     work = Path(tempfile.mkdtemp(prefix=".incoming-", dir=_work_folder()))
     try:
         (work / "config" / "cluster").mkdir(parents=True)
         (work / "config" / "cluster" / f"{name}.yaml").write_text(json.dumps(profile))
+        for key, text in groups.items():
+            (work / "config" / key).parent.mkdir(exist_ok=True)
+            (work / "config" / key).write_text(text)
         os.environ["HPCDL_CONFIG_DIR"] = str(work / "config")
         yield name, work
     finally:
@@ -71,7 +82,7 @@ def _as_profile(profile: dict[str, Any]) -> Iterator[tuple[str, Path]]:
 def submit(stdin: BinaryIO) -> int:
     """Submit what the client sent: its profile as this run's profile, its overrides, from its code."""
     request = json.loads(stdin.readline())
-    with _as_profile(request["profile"]) as (name, work):
+    with _as_profile(request["profile"], request.get("groups")) as (name, work):
         code = work / "code"
         code.mkdir()
         unpack(stdin, code)  # whole before anything runs: a cut transfer submits nothing
@@ -102,7 +113,7 @@ def with_profile(verb: str, stdin: BinaryIO) -> int:
     """python -m hpcdl.profiles check (``verb`` check) or python -m hpcdl.doctor (doctor), here, of the client's
     profile with its other arguments."""
     request = json.loads(stdin.readline())
-    with _as_profile(request["profile"]) as (name, _):
+    with _as_profile(request["profile"], request.get("groups")) as (name, _):
         if verb == "check":
             from hpcdl.profiles import main
 
@@ -110,6 +121,18 @@ def with_profile(verb: str, stdin: BinaryIO) -> int:
         from hpcdl.doctor import main as doctor
 
         return doctor([f"cluster={name}", *request["overrides"]])
+
+
+def pool(stdin: BinaryIO) -> int:
+    """python -m hpcdl.pool, here, with the client's profile: its verb, then cluster=PROFILE, then the rest (a
+    pool stop's NAME first)."""
+    request = json.loads(stdin.readline())
+    argv = [str(word) for word in request.get("argv") or []]
+    with _as_profile(request["profile"]) as (name, _):
+        from hpcdl.pool import main
+
+        head = 2 if argv[:1] == ["stop"] else 1
+        return main([*argv[:head], f"cluster={name}", *argv[head:]])
 
 
 def fetch(job: str, wait: bool) -> int:
@@ -157,6 +180,8 @@ def _run(verb: str, rest: list[str]) -> int:
         return fetch(rest[0], "--wait" in rest[1:])
     if verb in ("check", "doctor"):
         return with_profile(verb, sys.stdin.buffer)
+    if verb == "pool":
+        return pool(sys.stdin.buffer)
     print(f"unknown verb {verb!r}\n{__doc__}", file=sys.stderr)
     return 2
 

@@ -109,6 +109,10 @@ def cmd_list(args: argparse.Namespace) -> int:
                        with_points=args.points)
     for note in selection.skipped:
         print(f"note: skipped {note}; not yours alone, never read", file=sys.stderr)
+    from hpcdl.remote.records import remote_hint
+
+    if (hint := remote_hint()) is not None:  # this store's jobs only: those on login nodes are listed there
+        print(hint, file=sys.stderr)
     points = selection.points
     rows = [("ID", "NAME", "PROFILE", "STATE", "PROGRESS", "ELAPSED", "BEST VAL", "SCHEDULER ID")]
     rows += [_sweep_row(r, points[r.id]) if r.id in points and r.state != DAMAGED else _row(r)

@@ -320,3 +320,40 @@ def test_every_jobs_verb_of_an_id_and_every_option_value_is_known_to_the_routing
                    and a.nargs is None and not isinstance(a, (argparse._HelpAction, argparse._StoreTrueAction))
                    for option in a.option_strings if option.startswith("--")}
     assert with_values <= set(OPTIONS_WITH_VALUES), with_values - set(OPTIONS_WITH_VALUES)
+
+
+def test_a_config_group_file_only_the_client_has_is_shipped_with_the_submission(client: dict[str, Path]) -> None:
+    (client["conf"] / "training").mkdir()
+    (client["conf"] / "training" / "mine.yaml").write_text("max_epochs: 7\nmini_batch_size: 24\n")
+    job = submitted(cli("hpcdl.submit", "cluster=site", "script=job.py", "training=mine"))
+    training = json.loads((client["remote_store"] / job / "manifest.json").read_text())["plan"]["config"]["training"]
+    assert (training["max_epochs"], training["mini_batch_size"]) == (7, 24)
+    assert cli("hpcdl.jobs", "wait", job).stdout.strip() == "COMPLETED"
+    missing = cli("hpcdl.submit", "cluster=site", "script=job.py", "training=nosuch")
+    assert missing.returncode != 0 and "nosuch" in missing.stderr  # refused here, before the login node
+
+
+def test_the_agent_takes_only_group_files_by_their_plain_names(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcdl.agent import _as_profile
+    from hpcdl.errors import HpcdlError
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for key in ("../x.yaml", "cluster/site.yaml", "data/../../x.yaml", "/etc/x.yaml", "data/a.yml", "data"):
+        with pytest.raises(HpcdlError, match="only GROUP/NAME.yaml"):
+            with _as_profile({"name": "site"}, {key: "x: 1\n"}):
+                pass
+    with _as_profile({"name": "site"}, {"data/mine.yaml": "root: /d\n"}) as (_, work):
+        assert (work / "config" / "data" / "mine.yaml").read_text() == "root: /d\n"
+    assert not list((tmp_path / "hpcdl" / "remote").glob(".incoming-*"))
+
+
+def test_a_jobs_list_of_this_store_says_in_one_line_how_to_list_the_jobs_on_login_nodes(
+        client: dict[str, Path]) -> None:
+    assert cli("hpcdl.jobs", "list").stderr == ""
+    job = submitted(cli("hpcdl.submit", "cluster=site", "script=job.py"))
+    local = cli("hpcdl.jobs", "list")
+    assert local.returncode == 0 and job not in local.stdout
+    assert local.stderr == ("note: 1 job(s) were submitted from here to login nodes; list them with "
+                            "python -m hpcdl.jobs list cluster=site\n")
+    assert job in cli("hpcdl.jobs", "list", "cluster=site").stdout

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slurm
 
 def test_every_slurm_example_runs_as_written_on_the_test_cluster(tmp_path: Path, digits_root: Path) -> None:
     workspace = Workspace(tmp_path, digits_root)
-    helps = {command: workspace.shell(command).stdout for command in HELP_COMMANDS if "submit" in command}
+    helps = {command: workspace.shell(command).stdout for command in HELP_COMMANDS if "submit" in command or "pool" in command}
     examples = [e for e in readme_examples() + help_examples(helps)
                 if not skip_reason(e) and (needs_slurm(e) or "SWEEP_ID" in e.text)]
     assert any("SWEEP_ID" in e.text for e in examples) and any("my_app.py" in e.text for e in examples)

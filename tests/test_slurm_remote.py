@@ -128,3 +128,25 @@ def test_the_doctor_of_a_remote_slurm_profile_allocates_through_its_login_node(s
     job = re.search(r"^job (\S+): checking 2 node\(s\) of profile site", done.stdout, re.M).group(1)
     assert _scheduler_user(site["remote_store"] / job) == REMOTE_USER  # the login node's account asked Slurm
     assert "n1 (" in done.stdout and "n2 (" in done.stdout and "0 failed check(s) on 2 node(s)" in done.stdout
+
+
+def test_a_pool_is_held_from_the_client_through_the_login_node_and_runs_its_jobs(
+        site: dict[str, Path], sshd: Server) -> None:
+    started = cli("hpcdl.pool", "start", "cluster=site", "name=far", "time=00:10:00", "--wait", "240")
+    assert started.returncode == 0 and "RUNNING" in started.stdout, started.stderr
+    held = started.stdout.split("(Slurm job ")[1].split(")")[0]
+    try:
+        job = submitted(cli("hpcdl.submit", "cluster=site", "cluster.pool=far", "cluster.time=2", "script=job.py"))
+        assert cli("hpcdl.jobs", "wait", job).stdout.strip() == "COMPLETED"
+        assert f"{held} (pool far)" in cli("hpcdl.jobs", "list", "cluster=site").stdout
+        steps = subprocess.run(["sacct", "-n", "-P", "-o", "JobName,State", "-j", held], capture_output=True,
+                               text=True, check=True).stdout
+        assert f"{job}|COMPLETED" in steps  # a step of the held job
+        owner = subprocess.run(["squeue", "-h", "-j", held, "-o", "%u"], capture_output=True, text=True).stdout
+        assert owner.strip() == REMOTE_USER  # held by the login node's account
+        listed = cli("hpcdl.pool", "list", "cluster=site").stdout
+        assert re.search(rf"^far\s+{held}\s+RUNNING\s+1\s+\S+\s+0:15:00\s+1$", listed, re.M), listed
+    finally:
+        stopped = cli("hpcdl.pool", "stop", "far", "cluster=site")
+    assert stopped.returncode == 0 and f"Pool far ({held}) released" in stopped.stdout, stopped.stderr
+    assert not (site["store"] / f".pools-{os.getuid()}").exists()  # held there, nothing of it here

@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("lifecycle",),  # a job's life from the login node: submit, states, following, the Job handle, sweep reports
     ("sweep",),  # sweeps as Hydra runs them
     ("remote",),  # the client of a login node over SSH: submit and the jobs commands run there
-    ("submit", "jobs", "run", "devices", "agent", "profiles", "doctor"),  # the command lines: parse, call, print
+    ("submit", "jobs", "run", "devices", "agent", "profiles", "doctor", "pool"),  # the command lines: parse, call, print
     ("hpcdl",),  # the public API (hpcdl/__init__.py)
 )
 LAYER = {unit: level for level, units in enumerate(LAYERS) for unit in units}

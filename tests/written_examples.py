@@ -33,6 +33,7 @@ HELP_COMMANDS = [
       for verb in ("list", "clean", "show", "logs", "watch", "wait", "cancel", "fetch", "resume", "why", "stacks",
                   "report", "tensorboard")),
     "python -m hpcdl.devices --help", "python -m hpcdl.profiles --help", "python -m hpcdl.doctor --help",
+    *(f"python -m hpcdl.pool {verb}--help" for verb in ("", "start ", "list ", "stop ")),
     "python -m hpcdl.config.help --help",
     "python -m hpcdl.config.help",
     "hpcdl-submit --help", "hpcdl-jobs --help", "hpcdl-run --help", "hpcdl-devices --help",

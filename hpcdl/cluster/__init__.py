@@ -82,6 +82,18 @@ class Backend(JobRuns, Protocol):
     def describe_sweep(self, backend_id: str) -> str:
         """What a sweep was handed to, in words ('Slurm array(s) 12,13', 'a background runner on HOST')."""
 
+    def start_pool(self, profile: "ClusterConfig", folder: Path, name: str, idle_timeout_s: int) -> str:
+        """Hold an allocation of ``profile`` for later jobs (python -m hpcdl.pool), its files in ``folder``; it
+        releases itself after ``idle_timeout_s`` without use. Returns the scheduler's id of the held job;
+        ConfigError where this backend holds no pools."""
+
+    def pool_states(self, ids: list[str]) -> dict[str, tuple[str, Optional[int]]]:
+        """The scheduler's state of each held job (by its id) and the seconds it has left (None: no limit, or
+        ended); an id the scheduler no longer knows is absent."""
+
+    def stop_pool(self, backend_id: str) -> None:
+        """Release the held job now: every job running on it ends."""
+
     def survey(self) -> list[str]:
         """What the cluster offers, in lines for people: Slurm's partitions and their limits, or this machine's."""
 

@@ -57,6 +57,8 @@ class LocalBackend:
                 raise ConfigError(f"cluster.{name}: a Slurm setting, but cluster.backend={self.name}")
         if profile.nodes != 1:
             raise ConfigError(f"cluster.nodes: must be 1 with backend={self.name}, got {profile.nodes}")
+        if profile.pool is not None:
+            raise ConfigError(f"cluster.pool: backend={self.name} holds no pools (a job here starts at once)")
 
     def check(self, plan: JobPlan, dry_run: bool = False) -> Optional[str]:
         """Nothing to ask a scheduler: the profile's checks are enough."""
@@ -162,6 +164,17 @@ class LocalBackend:
     def describe_sweep(self, backend_id: str) -> str:
         """The runner on this machine."""
         return f"a background runner on {os.uname().nodename}"
+
+    def start_pool(self, profile: ClusterConfig, folder: Path, name: str, idle_timeout_s: int) -> str:
+        """None here: a local job starts at once."""
+        raise ConfigError(f"cluster={profile.name}: backend={self.name} holds no pools (a job here starts at once)")
+
+    def pool_states(self, ids: list[str]) -> dict[str, tuple[str, Optional[int]]]:
+        """No pools: none known."""
+        return {}
+
+    def stop_pool(self, backend_id: str) -> None:
+        """No pools: nothing to stop."""
 
     def survey(self) -> list[str]:
         """This machine: its CPUs and GPUs."""

@@ -21,15 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from hpcdl.cluster import WORKER
+from hpcdl.cluster import WORKER, slurm_pool
+from hpcdl.cluster.slurm_pool import cancel_step, pool_job, step_command, step_of, step_states, submit_step
 from hpcdl.config import ClusterConfig
 from hpcdl.config.cluster import time_limit_minutes
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.plan import JobPlan
 from hpcdl.store.badnodes import remembered
 from hpcdl.store.atomic import atomic_write_text
-from hpcdl.store.files import LOGS, stream_log
-from hpcdl.store.folders import JobRecord
+from hpcdl.store.files import LOGS, MANIFEST, STEP_LOG, stream_log
+from hpcdl.store.folders import JobRecord, read_json
 from hpcdl.store.states import NODE_FAIL, PENDING, STOPPED
 from hpcdl.store.sweeps import runs_under_runner
 from hpcdl.train.stopping import STOP_SIGNAL
@@ -316,8 +317,14 @@ class SlurmBackend:
     def check(self, plan: JobPlan, dry_run: bool = False) -> Optional[str]:
         """Compare the request with what the cluster has; ConfigError naming the option if it cannot run.
 
-        A dry run needs no controller: when sinfo does not answer, the note says what was not checked.
+        A dry run needs no controller: when sinfo does not answer, the note says what was not checked. A job on a
+        pool is checked against the pool (hpcdl.lifecycle.pools), not the partition.
         """
+        if plan.cluster.pool is not None:
+            if plan.mpi:
+                raise ConfigError("cluster.pool: a job whose ranks mpirun starts (training.comm=mpi) does not run "
+                                  "on a pool; submit it without cluster.pool")
+            return None
         try:
             found = partitions(QUERY_TIMEOUT_DRY_RUN_S if dry_run else QUERY_TIMEOUT_S)
         except SubmissionError as e:
@@ -329,7 +336,10 @@ class SlurmBackend:
         return None
 
     def preview(self, plan: JobPlan, folder: Path) -> str:
-        """The sbatch script and the variables that travel with the job."""
+        """The sbatch script and the variables that travel with the job (a pool's job: its srun command)."""
+        if plan.cluster.pool is not None:
+            return (f"{shlex.join(step_command(plan, folder))}\n# variables it passes (the profile's allow-list "
+                    f"and hpcdl's own): {' '.join(sorted({*plan.exported, *plan.environment}))}\n")
         lines = [sbatch_script(plan, folder, sorted(self.left_out(folder.parent))).rstrip("\n"), "",
                  "# variables copied from the submitting shell (--export allow-list):"]
         lines += [f"#   {name}" for name in plan.exported]
@@ -337,7 +347,10 @@ class SlurmBackend:
         return "\n".join(lines) + "\n"
 
     def submit(self, plan: JobPlan, folder: Path) -> str:
-        """sbatch the job's script (the one preview shows) through submitit; returns Slurm's job id."""
+        """sbatch the job's script (the one preview shows) through submitit; returns Slurm's job id (a pool's
+        job: a step of the held job, 'HELD/SRUN')."""
+        if plan.cluster.pool is not None:
+            return submit_step(plan, folder, read_json(folder / MANIFEST)["pool"]["name"])
         left_out = sorted(self.left_out(folder.parent))
         executor = _executor_class()(sbatch_script(plan, folder, left_out), folder=folder / "slurm",
                                    python=_python(plan), max_num_timeout=0)
@@ -354,7 +367,12 @@ class SlurmBackend:
     def submit_sweep(self, sweep: Path, points: list[tuple[JobPlan, Path]], parallelism: Optional[int],
                      points_per_task: int) -> tuple[list[str], str]:
         """One job array per group of points with the same request, split at the cluster's MaxArraySize;
-        ``parallelism`` is each array's ``%k``. Returns 'ARRAY_TASK' per point and the array ids."""
+        ``parallelism`` is each array's ``%k``. Returns 'ARRAY_TASK' per point and the array ids. On a pool each
+        point is a step of its own ('HELD/POOL/SRUN'), the sweep's 'HELD/POOL/' (it names no step)."""
+        if points[0][0].cluster.pool is not None:
+            name = read_json(points[0][1] / MANIFEST)["pool"]["name"]
+            return ([submit_step(plan, folder, name) for plan, folder in points],
+                    f"{points[0][0].cluster.pool}/{name}/")
         groups: dict[str, list[tuple[JobPlan, Path]]] = {}
         scripts: dict[int, str] = {}  # the points of a sweep mostly share one plan: its script rendered once
         for plan, folder in points:
@@ -394,15 +412,17 @@ class SlurmBackend:
         Returns None when Slurm cannot be asked at all; jobs missing from the answer have ended
         without the scheduler remembering how.
         """
+        pooled = [record for record in records if pool_job(record)]
+        records = [record for record in records if not pool_job(record)]
         ids: dict[str, list[str]] = {}  # points packed into one array task share its id
         for record in records:
             if record.backend_id:
                 ids.setdefault(record.backend_id, []).append(record.id)
         try:  # -r: one line per array task, pending ones too; %r: why a pending job waits
-            queue = _run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T|%r"])
+            queue = _run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T|%r"]) if ids else ""
+            live: dict[str, Optional[str]] = step_states(pooled) if pooled else {}
         except SubmissionError:
             return None
-        live: dict[str, str] = {}
         for line in queue.splitlines():
             slurm_id, state, reason = line.strip().split("|", 2)
             if state == PENDING and reason not in ("", "None"):
@@ -422,7 +442,11 @@ class SlurmBackend:
         return live
 
     def cancel(self, record: JobRecord) -> None:
-        """scancel the job and wait (at most CANCEL_WAIT_S) until Slurm has ended every task of it."""
+        """scancel the job and wait (at most CANCEL_WAIT_S) until Slurm has ended every task of it (a pool's job:
+        its step)."""
+        if pool_job(record):
+            cancel_step(record)
+            return
         if runs_under_runner(record):  # packed with others: its task's runner ends it on seeing CANCELLED
             return
         _run(["scancel", *str(record.backend_id).split(",")])  # a sweep's: each of its arrays
@@ -435,19 +459,42 @@ class SlurmBackend:
         if runs_under_runner(record):
             return record.folder / LOGS / stream_log(stream)
         suffix = "out" if stream == "stdout" else "err"
+        if pool_job(record):
+            return record.folder / "slurm" / STEP_LOG.format(rank=rank, suffix=suffix)
         return record.folder / "slurm" / f"{record.backend_id}_{rank}_log.{suffix}"
 
     def display_id(self, record: JobRecord) -> str:
-        """Slurm's job id (a sweep's: its array ids)."""
+        """Slurm's job id (a sweep's: its array ids; a pool's job: the held job's, and the pool's name)."""
+        if pool_job(record):
+            held, name, _ = step_of(str(record.backend_id))
+            return f"{held} (pool {name})"
         return record.backend_id or ""
 
     def describe(self, backend_id: str) -> str:
-        """'Slurm job ID'."""
+        """'Slurm job ID' ('a step of Slurm job HELD' for a pool's job)."""
+        if "/" in backend_id:
+            held, name, _ = step_of(backend_id)
+            return f"a step of Slurm job {held}, pool {name}"
         return f"Slurm job {backend_id}"
 
     def describe_sweep(self, backend_id: str) -> str:
-        """The job arrays."""
+        """The job arrays (a pool's steps)."""
+        if "/" in backend_id:
+            held, name, _ = step_of(backend_id)
+            return f"steps of Slurm job {held}, pool {name}"
         return f"Slurm array(s) {backend_id}"
+
+    def start_pool(self, profile: ClusterConfig, folder: Path, name: str, idle_timeout_s: int) -> str:
+        """sbatch a held job that keeps the allocation until idle (hpcdl.cluster.slurm_pool); returns its id."""
+        return slurm_pool.start(profile, folder, name, idle_timeout_s)
+
+    def pool_states(self, ids: list[str]) -> dict[str, tuple[str, Optional[int]]]:
+        """Each held job's Slurm state and seconds left (from squeue, else sacct)."""
+        return slurm_pool.states(ids)
+
+    def stop_pool(self, backend_id: str) -> None:
+        """scancel the held job: it and every step in it end."""
+        slurm_pool.stop(backend_id)
 
     def survey(self) -> list[str]:
         """One line per partition (from sinfo): its nodes, CPUs and GPUs per node, time limit; * the default."""

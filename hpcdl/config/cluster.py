@@ -14,6 +14,7 @@ from hpcdl.config.network import NetworkConfig, refuse_nvls
 from hpcdl.config.remote import RemoteConfig
 from hpcdl.config.secrets import VARIABLE_NAME, check_single_line, check_variable_names
 from hpcdl.errors import ConfigError
+from hpcdl.store.pools import check_pool_name
 from hpcdl.config.fields import check_types, options, require, require_choice
 
 PROFILES = Path(__file__).resolve().parents[1] / "conf" / "cluster"
@@ -150,6 +151,10 @@ class ClusterConfig:
     per window (every 1 to 30 s), >= 5."""
     mpirun: List[str] = field(default_factory=lambda: ["mpirun"])
     """How training.comm=mpi jobs start their ranks inside the allocation (Open MPI's mpirun reads Slurm's)."""
+    pool: Optional[str] = None
+    """A held pool to run on (python -m hpcdl.pool start): its name or scheduler id. The job runs as a step of the
+    pool's allocation, with no queue wait, beside others while they fit; its time must fit in what the pool has
+    left. null: a job of its own."""
     remote: RemoteConfig = field(default_factory=RemoteConfig)
     """Submit through a login node over SSH (remote.host set): store and python are then the cluster's."""
 
@@ -198,5 +203,7 @@ class ClusterConfig:
                 raise ConfigError(f"cluster.sbatch_extra: {key!r} is not an sbatch option name (mail-type, ...)")
             check_single_line(value, f"cluster.sbatch_extra.{key}")
         refuse_nvls(self.env, "cluster.env")
+        if self.pool is not None and not self.pool.isdigit():
+            check_pool_name(self.pool, "cluster.pool")
         if self.remote.host is None and self.python is not None and shutil.which(os.path.expanduser(self.python)) is None:
             raise ConfigError(f"cluster.python: {self.python!r} is not an executable python on this machine")

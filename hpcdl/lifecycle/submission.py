@@ -21,6 +21,8 @@ from hpcdl.store.folders import JobRecord, new_job_folder, remember_root, remove
 from hpcdl.plan import JobPlan, resolve, resolve_function
 from hpcdl.snapshot import take_snapshot
 from hpcdl.lifecycle.job import Job
+from hpcdl.lifecycle.pools import on_pool
+from hpcdl.store.pools import PoolRecord, note_use
 from hpcdl.store.states import CANCELLED, FAILED, LOST, NODE_FAIL, PENDING, STOPPED, TIMEOUT
 from hpcdl.store.status import forget_ranks_of_last_run
 
@@ -83,6 +85,7 @@ def submit_job(plan: JobPlan, *, overrides: Sequence[str] = (),
     runs). A store that cannot be written (read-only, full) raises SubmissionError naming it.
     """
     check_no_secret_values(list(overrides), "overrides", plan.cluster.secrets)
+    plan, pool = on_pool(plan)
     backend = backend_for(plan.cluster.backend)
     backend.check(plan)
     root = store_root(plan.cluster.store)
@@ -96,8 +99,10 @@ def submit_job(plan: JobPlan, *, overrides: Sequence[str] = (),
 
             atomic_save(folder / FUNCTION, lambda f: cloudpickle.dump(payload, f))
         code = take_snapshot(Path.cwd(), folder, plan.cluster.snapshot_limit_mb) if runs_user_code(plan) else None
-        manifest = job_manifest(job_id, plan, overrides, code, **left_out(backend, root))
+        manifest = job_manifest(job_id, plan, overrides, code, **left_out(backend, root), **pool_note(pool))
         write_json(folder / MANIFEST, manifest)
+        if pool is not None:
+            note_use(pool, job_id)
         stage = "backend"
         manifest["backend_id"] = backend.submit(plan, folder)
         stage = "store"
@@ -111,6 +116,11 @@ def submit_job(plan: JobPlan, *, overrides: Sequence[str] = (),
         raise
     remember_root(root)
     return Job(JobRecord(folder, manifest, {}, state=PENDING))
+
+
+def pool_note(pool: Optional[PoolRecord]) -> dict[str, Any]:
+    """What a job's manifest says of the pool it runs on: its name and held job (nothing without one)."""
+    return {} if pool is None else {"pool": {"name": pool.name, "id": pool.backend_id}}
 
 
 RESUMABLE = (TIMEOUT, STOPPED, FAILED, CANCELLED, NODE_FAIL, LOST)
@@ -135,11 +145,14 @@ def resume_job(job: Job, time_limit: Optional[str] = None) -> Job:
     if time_limit is not None:
         profile = dataclasses.replace(plan.cluster, time=time_limit)  # the profile's own check of the value
         plan = dataclasses.replace(plan, cluster=profile, time_limit_s=time_limit_seconds(time_limit))
+    plan, pool = on_pool(plan)
     backend = backend_for(plan.cluster.backend)
     backend.check(plan)
-    manifest = dict(record.manifest)
+    manifest = {**record.manifest, **pool_note(pool)}
     manifest.pop("excluded", None)
     manifest.update(left_out(backend, record.folder.parent))
+    if pool is not None:
+        note_use(pool, job.id)
     if isinstance(manifest.get("sweep"), dict):  # a sweep's point goes on as a job of its own, not its runner's
         manifest["sweep"] = {**manifest["sweep"], "runner": False}
     previous = {"at": time.time(), "after": record.state, "reason": record.reason,

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, Optional, Sequence
 
 from hpcdl.errors import HpcdlError
-from hpcdl.remote.protocol import AGENT, FETCHED, RESEND, WRONG_VERSION, hpcdl_version, install_hint
+from hpcdl.remote.protocol import (AGENT, FETCHED, GROUP_FILE, GROUP_NAME, RESEND, WRONG_VERSION, hpcdl_version,
+                                   install_hint)
 from hpcdl.remote.routing import is_site_override, job_key
 from hpcdl.remote.records import (Site, last_listing, remember_job, remember_listing, remember_sent, sent_tree,
                                   site_of)
@@ -138,6 +139,25 @@ def _site_of_name(picked: Sequence[str]) -> Optional[Site]:
     return Site(str(data.get("name", names[0])), Login.of(remote), data.get("store")) if remote.host else None
 
 
+def own_group_files(overrides: Sequence[str]) -> dict[str, str]:
+    """The config group files of this machine's own folders that ``overrides`` pick (``data=mine`` from
+    ~/.config/hpcdl/data/mine.yaml; each of a sweep's ``data=a,b``), as 'GROUP/NAME.yaml' -> text: the login node
+    has none of them. The cluster group is shipped composed (the profile); hpcdl's own groups are there too."""
+    from hpcdl.config.compose import config_dirs
+
+    found: dict[str, str] = {}
+    for override in overrides:
+        group, equals, value = override.lstrip("+").partition("=")
+        if not equals or not GROUP_NAME.match(group) or group == "cluster":
+            continue
+        for name in value.split(","):
+            key = f"{group}/{name}.yaml"
+            path = next((d / key for d in config_dirs() if GROUP_FILE.match(key) and (d / key).is_file()), None)
+            if path is not None:
+                found[key] = path.read_text()
+    return found
+
+
 def _send_code(request: dict, folder: Path, names: Sequence[str]) -> Callable[[IO[bytes]], None]:
     def send(stdin: IO[bytes]) -> None:
         stdin.write(json.dumps(request).encode() + b"\n")
@@ -179,7 +199,7 @@ def submit_remote(argv: Sequence[str]) -> Optional[int]:
     names = code_files(Path.cwd(), store_root()) if profile["snapshot"] else []
     sent = [o for o in overrides if not is_site_override(o)] + (["wait=false"] if wait else [])
     request = {"profile": profile, "overrides": sent, "script_args": script_args, "multirun": multirun,
-               "secrets": {name: os.environ[name] for name in profile["secrets"]}}
+               "secrets": {name: os.environ[name] for name in profile["secrets"]}, "groups": own_group_files(sent)}
     files, last = digests(Path.cwd(), names), sent_tree(site)
     changed = [name for name in names if last["files"].get(name) != files[name]]
     status, answer = _submit(site, {**request, "tree": {"key": last["key"], "files": files}}, changed)
@@ -196,21 +216,10 @@ def submit_remote(argv: Sequence[str]) -> Optional[int]:
     return _follow(site, ["watch", job_id], skip_shown=False)  # followed from here: a dropped connection resumes
 
 
-def check_remote(overrides: Sequence[str]) -> Optional[int]:
-    """python -m hpcdl.profiles check on the login node when the profile is remote; None: it is not."""
-    return _with_profile_there("check", overrides)
-
-
-def doctor_remote(argv: Sequence[str]) -> Optional[int]:
-    """python -m hpcdl.doctor ARGV on the login node when the profile is remote (its allocation is the cluster's,
-    its report printed here); None: it is not."""
-    return _with_profile_there("doctor", argv)
-
-
-def _with_profile_there(verb: str, argv: Sequence[str]) -> Optional[int]:
-    """The agent's ``verb`` given the composed profile and the other arguments of ``argv``, when the profile is
-    remote; None: it is not."""
-    picked = [o for o in argv if is_site_override(o)]
+def _ask_agent(words: Sequence[str], verb: str, request: Callable[[list[str], dict], dict]) -> Optional[int]:
+    """The agent's ``verb`` on the login node of the remote profile ``words`` pick, sent ``request(the other
+    words, the profile to run there)`` as one JSON line; None when the profile is not remote."""
+    picked = [w for w in words if is_site_override(w)]
     if not _may_be_remote(picked):
         return None
     from hpcdl.config.compose import compose_config
@@ -219,8 +228,27 @@ def _with_profile_there(verb: str, argv: Sequence[str]) -> Optional[int]:
     if found is None:
         return None
     site, profile = found
-    request = {"profile": profile, "overrides": [o for o in argv if not is_site_override(o)]}
-    return run_agent(site, [verb], send=lambda stdin: stdin.write(json.dumps(request).encode() + b"\n"))[0]
+    sent = request([w for w in words if not is_site_override(w)], profile)
+    return run_agent(site, [verb], send=lambda stdin: stdin.write(json.dumps(sent).encode() + b"\n"))[0]
+
+
+def check_remote(overrides: Sequence[str]) -> Optional[int]:
+    """python -m hpcdl.profiles check on the login node when the profile is remote; None: it is not."""
+    return _ask_agent(overrides, "check", lambda rest, profile: {"profile": profile, "overrides": rest,
+                                                                  "groups": own_group_files(rest)})
+
+
+def pool_remote(argv: Sequence[str]) -> Optional[int]:
+    """python -m hpcdl.pool ARGV on the login node when its profile is remote (the pool is held from there); None:
+    it is not."""
+    return _ask_agent(argv, "pool", lambda rest, profile: {"profile": profile, "argv": rest})
+
+
+def doctor_remote(argv: Sequence[str]) -> Optional[int]:
+    """python -m hpcdl.doctor ARGV on the login node when the profile is remote (its allocation is the cluster's,
+    its report printed here); None: it is not."""
+    return _ask_agent(argv, "doctor", lambda rest, profile: {"profile": profile, "overrides": rest,
+                                                              "groups": own_group_files(rest)})
 
 
 # --- jobs ----------------------------------------------------------------------------------------------------

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import re
 
 AGENT = "hpcdl.agent"
 """The module the client runs on the login node (python -m hpcdl.agent --expect VERSION VERB ...)."""
 FETCHED = "{fetched}"
 """What the agent's fetch text says in place of its own temporary folder (the client puts its target there)."""
+GROUP_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+"""A config group's name (data, model, training, ...), and its options' names but that they may start with a digit."""
+GROUP_FILE = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)/([A-Za-z0-9][A-Za-z0-9_-]*)\.yaml$")
+"""A group file the client ships with a submission ('GROUP/NAME.yaml': no other path is accepted)."""
 RESEND = 4
 """The agent's submit status when files the client did not send again are not kept there: send every file."""
 WRONG_VERSION = 3

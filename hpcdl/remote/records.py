@@ -122,3 +122,31 @@ def remember_listing(site: Site, text: str) -> None:
 def last_listing(site: Site) -> Optional[dict[str, Any]]:
     """The jobs list last seen on ``site`` ({at, host, text}), or None."""
     return _read(_folder_if_any(), _profile_name(REMOTE_LISTING, site.profile))
+
+
+def remote_hint() -> Optional[str]:
+    """One line for a jobs list of this store alone: how many jobs were submitted from here to login nodes, and
+    the command that lists them (None when there are none)."""
+    try:
+        folder = _folder_if_any()
+    except UnsafeFolderError:
+        return None
+    names = sorted(os.listdir(folder)) if folder is not None else []
+    prefix, suffix = REMOTE_JOB.split("{id}")
+    jobs = [name for name in names if name.startswith(prefix) and name.endswith(suffix)]
+    if not jobs:
+        return None
+    profiles = sorted({profile for pattern in (REMOTE_LISTING, REMOTE_TREE) for name in names
+                       if (profile := _profile_of(pattern, name)) is not None})
+    if not profiles:
+        newest = _read(folder, jobs[-1]) or {}
+        profiles = [newest["profile"]] if _SAFE.match(str(newest.get("profile"))) else ["NAME"]
+    return (f"note: {len(jobs)} job(s) were submitted from here to login nodes; list them with "
+            + " or ".join(f"python -m hpcdl.jobs list cluster={p}" for p in profiles))
+
+
+def _profile_of(pattern: str, name: str) -> Optional[str]:
+    """The profile's name in a file name of ``pattern`` (REMOTE_LISTING, REMOTE_TREE), or None."""
+    prefix, suffix = pattern.split("{profile}")
+    profile = name[len(prefix):-len(suffix)] if name.startswith(prefix) and name.endswith(suffix) else None
+    return profile if profile and _SAFE.match(profile) and profile != "profile" else None

@@ -120,6 +120,23 @@ REMOTE_LISTING = "listing-{profile}.json"
 REMOTE_TREE = "sent-{profile}.json"
 """In REMOTE: the code files last sent to a remote profile's login node (names and digests), and the key of the
 tree kept there."""
+POOLS = ".pools-{uid}"
+"""In a store: this user's held pools (python -m hpcdl.pool), one folder each; theirs alone (0700, checked at every
+use), as the jobs' folders are."""
+POOL_RECORD = "pool.json"
+"""In a pool's folder: its name, profile, scheduler id, idle timeout and when it was started or stopped."""
+POOL_SCRIPT = "holder.sh"
+"""In a pool's folder: the script of the held job, which sleeps until the pool is idle for its idle timeout."""
+POOL_LOG = "holder.log"
+"""In a pool's folder: the held job's own output."""
+POOL_USED = "last-used"
+"""In a pool's folder: touched at every submission to the pool (the holder counts it as use)."""
+POOL_RELEASED = "released.json"
+"""In a pool's folder: written by the holder as it ends itself after its idle timeout."""
+POOL_JOB = "job-{id}"
+"""In a pool's folder: one empty file per job submitted to the pool."""
+STEP_LOG = "step-{rank}.{suffix}"
+"""In a job's slurm/ folder: rank ``rank``'s stdout (out) or stderr (err) when the job ran as a step of a pool."""
 RESULTS = (MODEL, INFO, RESULT, METRICS, PLOT)
 """What jobs fetch copies of a training job."""
 

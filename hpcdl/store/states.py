@@ -27,6 +27,8 @@ PRIVATE = "PRIVATE"
 """Another user's job whose folder is theirs alone."""
 UNKNOWN = "UNKNOWN"
 """No state recorded, and none the scheduler could give."""
+RELEASED = "RELEASED"
+"""A held pool that ended itself after its idle timeout."""
 FINAL_STATES = (COMPLETED, FAILED, CANCELLED, TIMEOUT, STOPPED, OUT_OF_MEMORY, NODE_FAIL, LOST, INTERRUPTED)
 
 SCHEDULER_FINAL = {TIMEOUT: TIMEOUT, OUT_OF_MEMORY: OUT_OF_MEMORY, NODE_FAIL: NODE_FAIL, CANCELLED: CANCELLED,

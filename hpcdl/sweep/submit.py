@@ -26,7 +26,9 @@ from hpcdl.store.folders import (JobRecord, new_job_folder, new_named_folder, re
                                  store_root, write_json)
 from hpcdl.store.files import CANCELLED_MARK, MULTIRUN
 from hpcdl.store.sweeps import SUBMITTING_MARK, SWEEP
-from hpcdl.lifecycle.submission import job_manifest, left_out, runs_user_code
+from hpcdl.lifecycle.pools import on_pool
+from hpcdl.lifecycle.submission import job_manifest, left_out, pool_note, runs_user_code
+from hpcdl.store.pools import PoolRecord, note_use
 
 HYDRA_FOLDER = ".hydra"
 
@@ -119,6 +121,12 @@ def check_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptio
             raise ConfigError(f"hydra.launcher.points_per_task={options.points_per_task}: point {point.num} "
                               f"runs on {point.plan.world_size} ranks; only single-rank points are packed")
         check_no_secret_values(list(point.overrides), "overrides", profile.secrets)
+        if profile.pool != first.pool:
+            raise ConfigError(f"point {point.num} ({' '.join(point.overrides)}): cluster.pool={profile.pool}, the "
+                              f"sweep's first point {first.pool}; a sweep runs on one pool or none")
+    if first.pool is not None and options.points_per_task > 1:
+        raise ConfigError(f"hydra.launcher.points_per_task={options.points_per_task}: a pool's points run as steps "
+                          "of it, side by side while they fit; leave it 1")
     if options.points_per_task > 1:
         _note_rounds(first, options.points_per_task)
     checked: set[str] = set()
@@ -139,6 +147,17 @@ def _note_rounds(profile: Any, points_per_task: int) -> None:
               f"within one time limit (cluster.time={profile.time})", file=sys.stderr)
 
 
+def _on_pool(points: Sequence[SweepPoint]) -> tuple[list[SweepPoint], Optional[PoolRecord]]:
+    """The points as they run on their pool (each distinct plan checked against it once), and the pool; the
+    points as they are and None without one."""
+    resolved: dict[int, JobPlan] = {}
+    pool = None
+    for point in points:
+        if id(point.plan) not in resolved:
+            resolved[id(point.plan)], pool = on_pool(point.plan)
+    return [dataclasses.replace(p, plan=resolved[id(p.plan)]) for p in points], pool
+
+
 def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions) -> None:
     """Write the points into the store and hand them to the scheduler, as one submission.
 
@@ -152,6 +171,7 @@ def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions
     handed_to: Optional[JobRecord] = None
     try:
         check_points(sweep, points, options)
+        points, pool = _on_pool(points)
         backend = backend_for(points[0].plan.cluster.backend)
         runner = backend.sweep_runner or options.points_per_task > 1
         code = sweep.manifest.get("snapshot")
@@ -175,9 +195,11 @@ def add_points(sweep: Sweep, points: Sequence[SweepPoint], options: SweepOptions
             manifest = {**common[id(point.plan)], "id": point_id, "overrides": list(point.overrides),
                         "output_dir": point.output_dir,
                         "sweep": {"id": sweep.id, "num": point.num, "overrides": list(point.overrides),
-                                  "runner": runner}}
+                                  "runner": runner}, **pool_note(pool)}
             write_unsynced(folder / MANIFEST, _json(manifest))
             manifests.append(manifest)
+            if pool is not None:
+                note_use(pool, point_id)
         sync_filesystem(root)
         point_ids, handed = backend.submit_sweep(sweep.folder, [(p.plan, f) for p, f in zip(points, created)],
                                                  options.parallelism, options.points_per_task)
