@@ -296,7 +296,7 @@ def _preflight(folder: Path, plan: JobPlan, backend: Backend) -> None:
     if not any(check.failed for check in checks):
         preflight.write_result(folder, node, checks, time.monotonic() - started, **fields)  # the others wait for it
         check, timing = busbw.check_allreduce(folder, node, cluster.nodes, cluster.preflight_allreduce_mb,
-                                              cluster.preflight_busbw_gbps, cluster.gpus_per_node > 0)
+                                              cluster.preflight_busbw_gbps, cluster.gpus_per_node > 0, backend)
         checks.append(check)
         if timing is not None:
             fields["busbw_gbps"] = round(timing.busbw_gbps, 3)

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from hpcdl.distributed.env import rendezvous
+from hpcdl.distributed.env import node_index, rendezvous
 from hpcdl.distributed.preflight import Check
-from hpcdl.distributed.restarts import this_job, this_run
+from hpcdl.distributed.restarts import JobRuns
 from hpcdl.store.files import PREFLIGHT, PREFLIGHT_NODE
 from hpcdl.store.safety import UnsafeFolderError, read_job_file
 
@@ -126,7 +126,7 @@ def judge(timing: Timing, index: int, expected: Optional[float]) -> tuple[str, s
     return "passed", f"{low}: node {timing.nodes[slowest]} is slow (the others waited for it {share:.0%} of the time)"
 
 
-def _peers_ready(folder: Path, nodes: int) -> Optional[str]:
+def _peers_ready(folder: Path, nodes: int, runs: JobRuns) -> Optional[str]:
     """Wait until every node of this run has written its own checks' result; None then, else why the all-reduce
     is not run (a node failed its checks: it leaves the job; or some did not report within JOIN_TIMEOUT_S)."""
     deadline = time.monotonic() + JOIN_TIMEOUT_S
@@ -137,7 +137,7 @@ def _peers_ready(folder: Path, nodes: int) -> Optional[str]:
                 result = json.loads(read_job_file(folder, f"{PREFLIGHT}/{path.name}") or b"{}")
             except (OSError, ValueError, UnsafeFolderError):
                 continue
-            if result.get("slurm_job") == this_job() and result.get("restarts") == this_run():
+            if result.get("slurm_job") == runs.this_job() and result.get("restarts") == runs.this_run():
                 results.append(result)
         failed = [r["node"] for r in results if any(c.get("status") == "failed" for c in r.get("checks", []))]
         if failed:
@@ -150,17 +150,17 @@ def _peers_ready(folder: Path, nodes: int) -> Optional[str]:
 
 
 def check_allreduce(folder: Path, node: str, nodes: int, megabytes: int, table: dict[str, float],
-                    gpu: bool) -> tuple[Check, Optional[Timing]]:
+                    gpu: bool, runs: JobRuns) -> tuple[Check, Optional[Timing]]:
     """This node's all-reduce check and timing, once every node has passed its own checks (skipped on one node,
     where another failed, or when the all-reduce did not complete: a peer's fault is not this node's)."""
     if nodes < 2:
         return Check("allreduce", "skipped", "one node"), None
-    waiting = _peers_ready(folder, nodes)
+    waiting = _peers_ready(folder, nodes, runs)
     if waiting is not None:
         return Check("allreduce", "skipped", waiting), None
-    index = int(os.environ.get("SLURM_NODEID", "0"))
+    index = node_index()
     try:
-        address, port = rendezvous(folder, index, f"preflight-{this_job()}-{this_run()}")
+        address, port = rendezvous(folder, index, f"preflight-{runs.this_job()}-{runs.this_run()}")
         timing = time_allreduce(index, nodes, address, port, megabytes, node, gpu)
     except Exception as e:  # a peer that went away: the job's own start will name it
         return Check("allreduce", "skipped", f"the all-reduce did not complete: {type(e).__name__}: {e}"), None

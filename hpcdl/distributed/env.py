@@ -135,8 +135,13 @@ def _tasks_on_this_node(env: os._Environ) -> int:
             counts += [int(value)] * int(repeat.rstrip(")"))
         else:
             counts.append(int(part))
-    node = int(env.get("SLURM_NODEID", 0))
+    node = node_index()
     return counts[node] if node < len(counts) else counts[-1]
+
+
+def node_index() -> int:
+    """This node's index among the job's nodes (srun's SLURM_NODEID), 0 where the launcher gives none."""
+    return int(os.environ.get("SLURM_NODEID", 0))
 
 
 def local_env() -> DistEnv:
