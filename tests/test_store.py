@@ -217,6 +217,35 @@ def test_the_index_is_never_trusted_over_the_folders(store: Path, tmp_path: Path
     assert [line.split()[0] for line in _list()] == ["261203-000002-beef"]
 
 
+def test_a_sweeps_points_are_ended_together_in_their_own_folders_alone_and_the_index_told_once(
+        store: Path, tmp_path: Path) -> None:
+    from hpcdl.store.changes import index_folder
+    from hpcdl.store.listing import scan as scan_index
+    from hpcdl.store.status import write_finals
+
+    store.mkdir(mode=0o700)
+    ended = _ended_job(store, 1)
+    running = [_ended_job(store, n) for n in (2, 3)]
+    for folder in running:
+        (folder / "final.json").unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (store / "261203-000004-beef").symlink_to(elsewhere)  # a link where a point's folder was: never written
+    scan_index([store])  # the index has its rows: the jobs below change behind it
+    ids = [ended.name, *(f.name for f in running), "261203-000004-beef", "261203-000005-beef"]
+    assert write_finals(store, ids, "CANCELLED", reason="sweep cancelled") == [f.name for f in running]
+    assert json.loads((ended / "final.json").read_text())["state"] == "COMPLETED"
+    assert [json.loads((f / "final.json").read_text())["reason"] for f in running] == ["sweep cancelled"] * 2
+    assert list(elsewhere.iterdir()) == [] and not (store / "261203-000005-beef").exists()
+    (mark,) = [p.name for p in index_folder(store).iterdir() if not p.name.endswith(".jsonl") and p.name != "lock"]
+    assert mark.startswith("changed-")  # one file for the index, not a mark a job
+    assert {r.id: r.state for r in scan_index([store])} == {ended.name: "COMPLETED", running[0].name: "CANCELLED",
+                                                             running[1].name: "CANCELLED"}
+    assert not (index_folder(store) / mark).exists()
+    rows = {row[0]: row[3] for rows in _index_files(store).values() for row in rows}
+    assert rows == {ended.name: "COMPLETED", running[0].name: "CANCELLED", running[1].name: "CANCELLED"}
+
+
 def test_the_store_folder_is_listed_again_once_it_changed_behind_the_index(store: Path) -> None:
     from hpcdl.store import segments
 

@@ -2,8 +2,9 @@
 
 Each user keeps their own in each store, ``.hpcdl-index-UID/`` (owner-only) beside the job folders: the
 rows (in the files of hpcdl.store.segments) and an empty ``ID.changed`` mark per job whose state changed
-since they were written. Every write of a job's state (manifest, status, final state and its withdrawal)
-marks its job; a mark is one file created for that job alone, so concurrent writers lose none. Rows are
+since they were written (or one file naming many jobs that changed together: hpcdl.store.changes). Every write
+of a job's state (manifest, status, final state and its withdrawal) marks its job; a mark is one file created
+for that job (or that batch) alone, so concurrent writers lose none. Rows are
 never trusted over the folders: each is plain JSON checked field by field (one that fails is read again
 from its folder), and a row is shown only while its folder's modification time is the one it recorded
 (otherwise the folder is read again). Folders of other users are recorded by owner alone: their content is
