@@ -42,7 +42,8 @@ from hpcdl.store.safety import JOB_KEY, UnsafeFolderError, unsafe_reason
 from hpcdl.store.states import DAMAGED
 
 LOCK = "lock"
-VERSION = 2
+VERSION = 3
+"""The index's format: an index of another version is written anew (3: other users' rows keyed by their time)."""
 SEGMENT = 4000
 """Rows to a segment: the newest segment is filled up to it; another is split once it holds twice as many."""
 STAMP_MARGIN_NS = 2_000_000_000
