@@ -236,6 +236,7 @@ def test_a_sweeps_points_are_ended_together_in_their_own_folders_alone_and_the_i
     assert write_finals(store, ids, "CANCELLED", reason="sweep cancelled") == [f.name for f in running]
     assert json.loads((ended / "final.json").read_text())["state"] == "COMPLETED"
     assert [json.loads((f / "final.json").read_text())["reason"] for f in running] == ["sweep cancelled"] * 2
+    assert len({(f / "final.json").stat().st_ino for f in running}) == 1  # one file, written once, linked twice
     assert list(elsewhere.iterdir()) == [] and not (store / "261203-000005-beef").exists()
     (mark,) = [p.name for p in index_folder(store).iterdir() if not p.name.endswith(".jsonl") and p.name != "lock"]
     assert mark.startswith("changed-")  # one file for the index, not a mark a job

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpcdl.store.atomic import create_once, sync_filesystem
+from hpcdl.store.atomic import create_once, link_once, nameless_file, sync_filesystem
 from hpcdl.store.changes import note_change, note_changes
 from hpcdl.store.files import FINAL, RANK_RESULTS, RANKS_DONE, STATUS
 from hpcdl.store.folders import read_json, write_json
@@ -48,11 +48,13 @@ def write_finals(root: Path, ids: list[str], state: str, **fields: Any) -> list[
     ``state`` for each that has none recorded yet; returns the ids whose state this call recorded.
 
     Each folder is opened from one descriptor of the store, never through a link, and written only when it is
-    this user's alone (one that is not, or is gone, is left as it is). The files are made durable by one sync
-    of the file system, and the store's index is told of them by one mark.
+    this user's alone (one that is not, or is gone, is left as it is). Their final.json is one file, written
+    once and linked into each folder (never changed in place: a withdrawal removes one folder's name), where
+    the file system allows; one sync makes them durable, and one mark tells the store's index.
     """
     text, won = _final_text(state, fields), []
     store = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    shared = nameless_file(root, text.encode())
     try:
         for job in ids:
             try:
@@ -60,12 +62,21 @@ def write_finals(root: Path, ids: list[str], state: str, **fields: Any) -> list[
             except (FileNotFoundError, UnsafeFolderError):
                 continue
             try:
-                if create_once(root / job / FINAL, text, durable=False, folder_fd=folder):
+                done = None if shared is None else link_once(shared, FINAL, folder)
+                if done is None and shared is not None:  # as many links as the file system allows: a new file
+                    os.close(shared)
+                    shared = nameless_file(root, text.encode())
+                    done = None if shared is None else link_once(shared, FINAL, folder)
+                if done is None:
+                    done = create_once(root / job / FINAL, text, durable=False, folder_fd=folder)
+                if done:
                     won.append(job)
             finally:
                 os.close(folder)
     finally:
         os.close(store)
+        if shared is not None:
+            os.close(shared)
         note_changes(root, won)
     sync_filesystem(root)
     return won
