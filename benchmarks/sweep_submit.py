@@ -12,7 +12,7 @@ Medians, best and spread are printed as ratios hpcdl / baseline and written to b
 
 With --scale N [N ...] it measures large sweeps instead: a sweep of N points of the same app (points that do
 nothing) on the local profile and, with --slurm, on the test cluster: seconds to the prompt, the submitting
-process's CPU seconds and peak memory, then `jobs cancel SWEEP` (seconds); results in
+process's CPU seconds and peak memory, then `jobs cancel SWEEP` (the same three); results in
 benchmarks/results/sweep_scale.json.
 
     eval "$(bash slurm/cluster.sh env)"; python benchmarks/sweep_submit.py [--points 100] [--repeats 2]
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -71,8 +70,23 @@ def _stats(values: list[float]) -> dict[str, float]:
             "runs": values}
 
 
+def _measured(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[dict[str, float], str]:
+    """Run ``command``: its seconds, its own CPU seconds (user + system) and peak memory (os.wait4), its output."""
+    with tempfile.TemporaryFile("w+") as out:
+        start = time.perf_counter()
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        _, status, usage = os.wait4(process.pid, 0)
+        elapsed = time.perf_counter() - start
+        out.seek(0)
+        text = out.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{' '.join(command[:4])} ... failed:\n{text[-3000:]}")
+    return {"wall_s": round(elapsed, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+            "peak_mb": round(usage.ru_maxrss / 1024, 1)}, text
+
+
 def scale(sizes: list[int], slurm: bool, out: str) -> None:
-    """Sweeps of ``sizes`` points that do nothing: to the prompt (time, CPU, peak memory), then cancelled."""
+    """Sweeps of ``sizes`` points that do nothing: to the prompt, then cancelled (time, CPU, peak memory)."""
     work = Path(tempfile.mkdtemp(prefix="hpcdl-sweep-scale-"))
     (work / "app.py").write_text(APP)
     (work / "config.yaml").write_text("x: 0\n")
@@ -80,17 +94,11 @@ def scale(sizes: list[int], slurm: bool, out: str) -> None:
     results = []
     for profile in ["local"] + (["slurm"] if slurm else []):
         for size in sizes:
-            cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            wall_s, stdout = _run([sys.executable, "app.py", "-m", "hydra/launcher=hpcdl",
-                                   f"hydra.launcher.cluster={profile}", f"x=range({size})"], work, env)
-            cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            submitted = {"wall_s": round(wall_s, 2),  # CPU: user + system; memory: the largest child so far
-                         "cpu_s": round(cpu_after.ru_utime + cpu_after.ru_stime
-                                        - cpu_before.ru_utime - cpu_before.ru_stime, 2),
-                         "peak_mb": round(cpu_after.ru_maxrss / 1024, 1)}
-            sweep = _sweep_id(stdout)
-            cancel_s, _ = _run([sys.executable, "-m", "hpcdl.jobs", "cancel", sweep], work, env)
-            row = {"profile": profile, "points": size, "to_prompt": submitted, "cancel_s": round(cancel_s, 2)}
+            submitted, stdout = _measured([sys.executable, "app.py", "-m", "hydra/launcher=hpcdl",
+                                           f"hydra.launcher.cluster={profile}", f"x=range({size})"], work, env)
+            cancelled, said = _measured([sys.executable, "-m", "hpcdl.jobs", "cancel", _sweep_id(stdout)], work, env)
+            row = {"profile": profile, "points": size, "to_prompt": submitted, "cancel": cancelled,
+                   "cancel_said": said.strip()}
             if profile == "slurm":
                 row["arrays"] = len(re.search(r"Slurm array\(s\) (\S+)", stdout).group(1).split(","))
             results.append(row)

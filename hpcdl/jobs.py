@@ -1,7 +1,7 @@
 """python -m hpcdl.jobs: list, show, logs, watch, wait, cancel, fetch, resume and clean jobs, from any shell.
 
-    python -m hpcdl.jobs list                  # also --state RUNNING, --name digits, --since 7d, --limit N,
-                                               # --user U or --all (others' jobs, read-only), --points
+    python -m hpcdl.jobs list                  # the newest 50; also --state RUNNING, --name digits, --since 7d,
+                                               # --limit N (0: all), --user U or --all (others', read-only), --points
     python -m hpcdl.jobs clean --older-than 30d --state FAILED --dry-run
     python -m hpcdl.jobs show ID               # ID: hpcdl id, a unique prefix, a Slurm job id, or last;
                                                # a sweep's id: its points' table (fetch: CSV and curves)
@@ -99,6 +99,10 @@ def _sweep_row(sweep: "JobRecord", points: list["JobRecord"]) -> tuple[str, ...]
             f"{100 * max(best):.2f}%" if best else "", _scheduler_id(sweep))
 
 
+LIST_LIMIT = 50
+"""How many jobs `jobs list` shows unless told (the newest): a lab's store holds 100,000."""
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from hpcdl.store.folders import DAMAGED
     from hpcdl.lifecycle.listing import select
@@ -122,6 +126,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    if args.limit and len(selection.records) == args.limit:
+        print(f"note: the newest {args.limit} shown; --limit N shows more, --limit 0 every one", file=sys.stderr)
     return 0
 
 
@@ -585,7 +591,8 @@ def parser() -> argparse.ArgumentParser:
     listing = verbs.add_parser("list", help="a table of jobs")
     listing.add_argument("--state", type=_state_name, help="only jobs in this state (RUNNING, FAILED, ...)")
     listing.add_argument("--name", help="only jobs whose name matches (substring or glob)")
-    listing.add_argument("--limit", type=int, default=0, help="only the newest N")
+    listing.add_argument("--limit", type=int, default=LIST_LIMIT,
+                         help=f"only the newest N (default {LIST_LIMIT}; 0: every job)")
     listing.add_argument("--since", help="only jobs submitted since a date (2026-12-01) or a time ago (7d, 12h)")
     listing.add_argument("--user", help="only this user's jobs (read-only: never cancelled or unpickled)")
     listing.add_argument("--all", action="store_true", help="every user's jobs in the stores (read-only)")

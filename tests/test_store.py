@@ -123,10 +123,14 @@ def test_list_answers_1000_jobs_from_the_store_quickly(store: Path) -> None:
                                                        "config": {"training": {"max_epochs": 4}}}})
         write_json(folder / "status.json", {"state": "COMPLETED", "started_at": 0, "ended_at": 60})
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "list"], capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "list", "--limit", "0"], capture_output=True,
+                          text=True, check=True)
     elapsed = time.perf_counter() - start
     lines = done.stdout.splitlines()
     assert len(lines) == 1001 and "COMPLETED" in lines[-1]
+    newest = subprocess.run([sys.executable, "-m", "hpcdl.jobs", "list"], capture_output=True, text=True, check=True)
+    assert newest.stdout.splitlines() == [lines[0], *lines[-50:]]  # as typed: the newest 50, and how to see more
+    assert "note: the newest 50 shown; --limit N shows more, --limit 0 every one" in newest.stderr
     print(f"jobs list on 1000 jobs: {elapsed:.2f} s")  # the figure is kept by benchmarks/jobs_list.py
 
 
@@ -216,6 +220,36 @@ def test_the_index_is_never_trusted_over_the_folders(store: Path, tmp_path: Path
     shutil.rmtree(kept)  # removed behind the index's back
     (store / "261203-000009-beef").mkdir()  # a folder that is no job (no manifest)
     assert [line.split()[0] for line in _list()] == ["261203-000002-beef"]
+
+
+def test_a_sweeps_points_are_ended_together_in_their_own_folders_alone_and_the_index_told_once(
+        store: Path, tmp_path: Path) -> None:
+    from hpcdl.store.changes import index_folder
+    from hpcdl.store.listing import scan as scan_index
+    from hpcdl.store.status import write_finals
+
+    store.mkdir(mode=0o700)
+    ended = _ended_job(store, 1)
+    running = [_ended_job(store, n) for n in (2, 3)]
+    for folder in running:
+        (folder / "final.json").unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (store / "261203-000004-beef").symlink_to(elsewhere)  # a link where a point's folder was: never written
+    scan_index([store])  # the index has its rows: the jobs below change behind it
+    ids = [ended.name, *(f.name for f in running), "261203-000004-beef", "261203-000005-beef"]
+    assert write_finals(store, ids, "CANCELLED", reason="sweep cancelled") == [f.name for f in running]
+    assert json.loads((ended / "final.json").read_text())["state"] == "COMPLETED"
+    assert [json.loads((f / "final.json").read_text())["reason"] for f in running] == ["sweep cancelled"] * 2
+    assert len({(f / "final.json").stat().st_ino for f in running}) == 1  # one file, written once, linked twice
+    assert list(elsewhere.iterdir()) == [] and not (store / "261203-000005-beef").exists()
+    (mark,) = [p.name for p in index_folder(store).iterdir() if not p.name.endswith(".jsonl") and p.name != "lock"]
+    assert mark.startswith("changed-")  # one file for the index, not a mark a job
+    assert {r.id: r.state for r in scan_index([store])} == {ended.name: "COMPLETED", running[0].name: "CANCELLED",
+                                                             running[1].name: "CANCELLED"}
+    assert not (index_folder(store) / mark).exists()
+    rows = {row[0]: row[3] for rows in _index_files(store).values() for row in rows}
+    assert rows == {ended.name: "COMPLETED", running[0].name: "CANCELLED", running[1].name: "CANCELLED"}
 
 
 def test_the_store_folder_is_listed_again_once_it_changed_behind_the_index(store: Path) -> None:

@@ -474,6 +474,38 @@ def test_a_shared_store_keeps_each_users_jobs_their_own(shared_store: Path, othe
     assert mine.state == "COMPLETED" and mine.result(timeout=0) == 42
 
 
+def test_a_listing_of_another_users_newest_jobs_reads_the_newest_segments_alone(
+        shared_store: Path, other_uid: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Other users' rows stand among yours by the time their ids say: `--user U --limit N` and `--all --limit N`
+    read the newest segments of the index, as a listing of your own newest does (they stood before every row)."""
+    from hpcdl.lifecycle.listing import select
+    from hpcdl.store import segments
+    from tests.test_store import _ended_job
+
+    now = time.time()
+    for n in range(12):
+        _ended_job(shared_store, n, submitted_at=now - 1000 + n)
+    theirs = {}
+    for age, tag in ((2000, "aaaa"), (-10, "bbbb")):  # one older than all of yours, one newer
+        folder = shared_store / f"{time.strftime('%y%m%d-%H%M%S', time.localtime(now - age))}-{tag}"
+        folder.mkdir(mode=0o700)
+        os.chown(folder, other_uid, other_uid)
+        theirs[tag] = folder.name
+    monkeypatch.setattr(segments, "SEGMENT", 3)
+    every = [r.id for r in select([shared_store], everyone=True).records]  # writes the index: five segments
+    assert every[0] == theirs["aaaa"] and every[-1] == theirs["bbbb"] and len(every) == 14
+    read = []
+    monkeypatch.setattr(segments.StoreIndex, "segment_rows",
+                        lambda self, segment, skipped=None: read.append(segment) or segments._segment_rows(
+                            self.root, segment, self.stale, skipped)[0])
+    assert [r.id for r in select([shared_store], users={other_uid}, limit=1).records] == [theirs["bbbb"]]
+    assert len(read) == 1
+    read.clear()
+    assert [r.id for r in select([shared_store], everyone=True, limit=2).records] == every[-2:]
+    assert len(read) == 1
+    assert [r.id for r in select([shared_store], users={other_uid}, since=now - 1500).records] == [theirs["bbbb"]]
+
+
 _PLANT_REMOTE_RECORD = """
 import json, os, sys
 store, uid, job, marker = sys.argv[1:5]

@@ -19,8 +19,8 @@ from hpcdl.store.listing import find
 from hpcdl.store.safety import load_pickle, read_job_file
 from hpcdl.lifecycle.states import resolve_states, resolve_sweep
 from hpcdl.store.states import CANCELLED, COMPLETED, INTERRUPTED
-from hpcdl.store.status import withdraw_final, write_final
-from hpcdl.store.atomic import create_once, sync_filesystem
+from hpcdl.store.status import withdraw_final, write_final, write_finals
+from hpcdl.store.atomic import create_once
 from hpcdl.store.files import CANCELLED_MARK
 from hpcdl.store.sweeps import is_sweep, remove_interrupted, settle
 
@@ -155,9 +155,9 @@ class Job:
             return True
         if record.final:
             return False
-        marked = [p for p in points if not p.final and write_final(
-            p.folder, CANCELLED, durable=False, reason=f"sweep {record.id} cancelled with hpcdl")]
-        sync_filesystem(record.folder.parent)  # every point's CANCELLED at once, not an fsync a point
+        reason = f"sweep {record.id} cancelled with hpcdl"
+        won = set(write_finals(record.folder.parent, [p.id for p in points if not p.final], CANCELLED, reason=reason))
+        marked = [p for p in points if p.id in won]
         try:
             for part in handed:
                 backend.cancel(JobRecord(record.folder, {**record.manifest, "backend_id": part}, record.status))
@@ -170,7 +170,7 @@ class Job:
                 withdraw_final(point.folder)
             raise
         for point in marked:  # what was just written, not read again: a sweep may have 10,000 points
-            point.state, point.reason = CANCELLED, f"sweep {record.id} cancelled with hpcdl"
+            point.state, point.reason = CANCELLED, reason
         for n, point in enumerate(points):  # its own final state came first: read it again
             if not point.final:
                 points[n] = load_record(point.folder) or point

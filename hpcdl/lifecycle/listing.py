@@ -61,8 +61,6 @@ def select(roots: Optional[Iterable[Path]] = None, *, state: Optional[str] = Non
                 row[STATE] = known[row[ID]].state
         picked: list[tuple[Row, JobRecord]] = []
         for root, row in newest_first(indexes, selection.skipped, since):
-            if limit and len(picked) == limit:
-                break
             if not wanted(row):
                 continue
             point = row[UID] == me and row[SWEEP] is not None and row[SWEEP].get("id") in sweeps
@@ -73,6 +71,8 @@ def select(roots: Optional[Iterable[Path]] = None, *, state: Optional[str] = Non
             shown = _shown(root, row, known, selection)
             if shown is not None and not (state and shown.state != state.upper()):
                 picked.append((row, shown))
+                if len(picked) == limit:  # before the next row is asked for: it may be in another segment
+                    break
     finally:
         for index in indexes:
             index.close()

@@ -15,7 +15,7 @@ import re
 import secrets
 import time
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import IO, Callable, Iterator, Optional
 
 from hpcdl.errors import FolderGoneError
 from hpcdl.host import alive, host_tag
@@ -39,12 +39,14 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def _temporary(path: Path, mode: str) -> tuple[Path, IO]:
-    """A new temporary file beside ``path``, named for this host and process."""
+def _temporary(path: Path, mode: str, folder_fd: Optional[int] = None) -> tuple[Path, IO]:
+    """A new temporary file beside ``path`` (in the folder ``folder_fd`` when given), named for this host and
+    process."""
     for _ in range(100):
         tmp = path.parent / f".{path.name}.{host_tag()}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            fd = os.open(tmp if folder_fd is None else tmp.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                         0o600, dir_fd=folder_fd)
         except FileExistsError:
             continue
         except FileNotFoundError:
@@ -83,18 +85,20 @@ def atomic_save(path: str | os.PathLike, write: Callable[[IO], None]) -> None:
         write(f)
 
 
-def write_unsynced(path: str | os.PathLike, data: bytes) -> None:
+def write_unsynced(path: str | os.PathLike, data: bytes, folder_fd: Optional[int] = None) -> None:
     """Put ``data`` at ``path`` through a temporary name and a rename, without fsync: one of many files made
-    durable together by one ``sync_filesystem`` (a sweep's points, written in bulk)."""
+    durable together by one ``sync_filesystem`` (a sweep's points, written in bulk). ``folder_fd``: a descriptor
+    of the folder of ``path`` held open, which the file is made in (its name alone is taken from ``path``)."""
     path = Path(path)
-    tmp, f = _temporary(path, "wb")
+    tmp, f = _temporary(path, "wb", folder_fd)
+    here = (lambda p: p) if folder_fd is None else (lambda p: p.name)  # noqa: E731
     try:
         with f:
             f.write(data)
-        os.replace(tmp, path)
+        os.replace(here(tmp), here(path), src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            os.unlink(here(tmp), dir_fd=folder_fd)
         raise
 
 
@@ -108,15 +112,76 @@ def sync_filesystem(folder: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def create_once(path: str | os.PathLike, text: str, durable: bool = True) -> bool:
+def create_once(path: str | os.PathLike, text: str, durable: bool = True, folder_fd: Optional[int] = None) -> bool:
     """Write ``text`` at ``path`` unless a file is there already; True for the one writer that won.
 
-    The content is complete before the name appears (a hard link of a temporary file), so readers never
-    see part of it, and of several writers racing exactly one wins. ``durable=False``: not synced here, one
-    of many made durable together by ``sync_filesystem``.
+    The content is complete before the name appears (a hard link of a file written first: a nameless one where
+    the file system makes them, else one of a temporary name), so readers never see part of it, and of several
+    writers racing exactly one wins. ``durable=False``: not synced here, one of many made durable together by
+    ``sync_filesystem``. ``folder_fd``: a descriptor of the folder of ``path`` held open, which the file is made
+    in (its name alone is taken from ``path``).
     """
     path = Path(path)
-    tmp, f = _temporary(path, "w")
+    won = _link_nameless(path, text.encode(), durable, folder_fd)
+    if won is None:
+        won = _link_named(path, text, durable, folder_fd)
+    if won and durable and folder_fd is None:
+        fsync_folder(path.parent)
+    elif won and durable:
+        os.fsync(folder_fd)
+    return won
+
+
+def _link_nameless(path: Path, data: bytes, durable: bool, folder_fd: Optional[int]) -> Optional[bool]:
+    """create_once through a nameless file: whether it won; None where none can be made or linked (the named way
+    then says why)."""
+    fd = nameless_file(path.parent, data, folder_fd)
+    if fd is None:
+        return None
+    try:
+        if durable:
+            os.fsync(fd)
+        return link_once(fd, path.name if folder_fd is not None else path, folder_fd)
+    finally:
+        os.close(fd)
+
+
+def nameless_file(folder: Path, data: bytes, folder_fd: Optional[int] = None) -> Optional[int]:
+    """A descriptor of a new nameless file (O_TMPFILE) in ``folder`` (or ``folder_fd``) holding ``data``, not
+    synced, to be named where it is wanted (link_once); None where the file system makes none (NFS, older
+    Lustre) or the folder is gone."""
+    try:
+        fd = os.open(folder if folder_fd is None else ".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600,
+                     dir_fd=folder_fd)
+    except OSError:
+        return None
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def link_once(fd: int, name: str | os.PathLike, folder_fd: Optional[int] = None) -> Optional[bool]:
+    """Give the file ``fd`` (complete: nameless_file) the name ``name`` (in the folder ``folder_fd`` when given)
+    unless a file has it: whether it did; None when it cannot be linked (no /proc, a folder gone, as many links
+    to the file as the file system allows)."""
+    try:
+        os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=folder_fd)
+    except FileExistsError:
+        return False
+    except OSError:
+        return None
+    return True
+
+
+def _link_named(path: Path, text: str, durable: bool, folder_fd: Optional[int]) -> bool:
+    """create_once through a file of a temporary name beside ``path``: whether it won."""
+    tmp, f = _temporary(path, "w", folder_fd)
+    here = (lambda p: p) if folder_fd is None else (lambda p: p.name)  # noqa: E731
     try:
         with f:
             f.write(text)
@@ -124,15 +189,13 @@ def create_once(path: str | os.PathLike, text: str, durable: bool = True) -> boo
             if durable:
                 os.fsync(f.fileno())
         try:
-            os.link(tmp, path)
+            os.link(here(tmp), here(path), src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
         except FileExistsError:
             return False
-        if durable:
-            fsync_folder(path.parent)
         return True
     finally:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            os.unlink(here(tmp), dir_fd=folder_fd)
 
 
 def remove_stale_temporaries(folder: str | os.PathLike, stale_after_s: float = STALE_AFTER_S) -> list[Path]:

@@ -1,4 +1,5 @@
-"""Marks of the jobs whose state changed, for the store's index (hpcdl.store.index): one empty file per job.
+"""Marks of the jobs whose state changed, for the store's index (hpcdl.store.index): one empty file per job, or
+one file naming many jobs whose state changed together (INDEX_CHANGES: a sweep's points, cancelled at once).
 
 The marks live in this user's index folder, ``.hpcdl-index-UID/`` in the store, beside the index's rows.
 """
@@ -7,10 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 from pathlib import Path
 from typing import Optional
 
 from hpcdl.errors import HpcdlError
+from hpcdl.store.atomic import write_unsynced
+from hpcdl.store.files import INDEX_CHANGES
 from hpcdl.store.safety import open_own_folder
 
 PREFIX = ".hpcdl-index-"
@@ -38,5 +42,21 @@ def note_change(folder: Path) -> None:
         try:
             os.close(os.open(folder.name + MARK, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                              dir_fd=fd))
+        finally:
+            os.close(fd)
+
+
+def note_changes(root: Path, ids: list[str]) -> None:
+    """Mark the jobs ``ids`` of the store ``root`` as changed with one file (INDEX_CHANGES, a new name for each
+    call, so that concurrent writers lose none; not synced, as marks are not); never fails its caller."""
+    if not ids:
+        return
+    with contextlib.suppress(OSError, HpcdlError):
+        fd = open_index(root, create=True)
+        if fd is None:
+            return
+        try:
+            name = INDEX_CHANGES.format(token=secrets.token_hex(8))
+            write_unsynced(index_folder(root) / name, "".join(f"{job}\n" for job in ids).encode(), fd)
         finally:
             os.close(fd)

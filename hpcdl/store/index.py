@@ -2,12 +2,14 @@
 
 Each user keeps their own in each store, ``.hpcdl-index-UID/`` (owner-only) beside the job folders: the
 rows (in the files of hpcdl.store.segments) and an empty ``ID.changed`` mark per job whose state changed
-since they were written. Every write of a job's state (manifest, status, final state and its withdrawal)
-marks its job; a mark is one file created for that job alone, so concurrent writers lose none. Rows are
+since they were written (or one file naming many jobs that changed together: hpcdl.store.changes). Every write
+of a job's state (manifest, status, final state and its withdrawal) marks its job; a mark is one file created
+for that job (or that batch) alone, so concurrent writers lose none. Rows are
 never trusted over the folders: each is plain JSON checked field by field (one that fails is read again
 from its folder), and a row is shown only while its folder's modification time is the one it recorded
-(otherwise the folder is read again). Folders of other users are recorded by owner alone: their content is
-read, as JSON and never unpickled, only for ``jobs list --all``.
+(otherwise the folder is read again). Folders of other users are recorded by owner alone (and the time their
+name says, to stand among this user's jobs): their content is read, as JSON and never unpickled, only for
+``jobs list --all`` and ``--user``.
 
 This module makes and checks rows; hpcdl.store.segments keeps them on disk.
 """
@@ -16,12 +18,13 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any, Optional
 
 from hpcdl.store.folders import DAMAGED, FINAL_STATES, JobRecord, load_record
 from hpcdl.store.changes import note_change
-from hpcdl.store.safety import JOB_KEY, UnsafeFolderError, unsafe_reason
+from hpcdl.store.safety import JOB_ID, JOB_KEY, UnsafeFolderError, unsafe_reason
 
 _FIELDS = ("id", "mtime_ns", "uid", "state", "reason", "submitted_at", "name", "kind", "profile", "backend",
            "backend_id", "started_at", "ended_at", "fraction", "best_validation_accuracy", "sweep", "points")
@@ -75,8 +78,23 @@ def row_of(record: JobRecord, mtime_ns: int) -> Row:
 
 
 def foreign_row(name: str, info: os.stat_result) -> Row:
-    """The row of another user's folder: its name, time and owner, nothing of its content."""
-    return [name, info.st_mtime_ns, info.st_uid, "", "", 0, "", "", "", "", None, None, None, None, None, None, None]
+    """The row of another user's folder: its name, time and owner, nothing of its content. Its submission time
+    is the one its name says (a job id, or a sweep's point's), else the folder's modification time: it stands
+    among this user's jobs in a listing of the newest (``--all``, ``--user``), never before them all."""
+    return [name, info.st_mtime_ns, info.st_uid, "", "", round(named_time(name) or info.st_mtime, 3), "", "", "",
+            "", None, None, None, None, None, None, None]
+
+
+def named_time(name: str) -> Optional[float]:
+    """When the job ``name`` was submitted, as its id says (new_job_folder's YYMMDD-HHMMSS-xxxx, or a sweep's
+    point's, ID_NUM); None for another name."""
+    job = name.partition("_")[0]
+    if not JOB_ID.match(job):
+        return None
+    try:
+        return time.mktime(time.strptime(job[:13], "%y%m%d-%H%M%S"))
+    except (ValueError, OverflowError):
+        return None
 
 
 def record_of(root: Path, row: Row) -> JobRecord:

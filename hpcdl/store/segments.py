@@ -36,18 +36,20 @@ from typing import Any, Iterator, Optional
 
 from hpcdl.store.atomic import atomic_write_text
 from hpcdl.store.changes import MARK, index_folder, note_change, open_index
-from hpcdl.store.files import INDEX_HEAD, INDEX_ROWS, INDEX_SEGMENT
+from hpcdl.store.files import INDEX_CHANGES, INDEX_HEAD, INDEX_ROWS, INDEX_SEGMENT
 from hpcdl.store.index import ID, KIND, STATE, UID, Row, is_open, read_row, row_key, valid_row
 from hpcdl.store.safety import JOB_KEY, UnsafeFolderError, unsafe_reason
 from hpcdl.store.states import DAMAGED
 
 LOCK = "lock"
-VERSION = 2
+VERSION = 3
+"""The index's format: an index of another version is written anew (3: other users' rows keyed by their time)."""
 SEGMENT = 4000
 """Rows to a segment: the newest segment is filled up to it; another is split once it holds twice as many."""
 STAMP_MARGIN_NS = 2_000_000_000
 """How much older than a listing the store folder's stamp must be to be recorded (clock ticks, NFS skew)."""
 _SEGMENT_FILE = re.compile("^" + re.escape(INDEX_SEGMENT).replace(r"\{number\}", r"(\d+)") + "$")
+_CHANGES_FILE = re.compile("^" + re.escape(INDEX_CHANGES).replace(r"\{token\}", r"[0-9a-f]+") + "$")
 
 
 @dataclass
@@ -259,9 +261,15 @@ def write_index(fd: int, root: Path, head: Head, extra: list[Row], stale: set[st
             os.unlink(entry.name, dir_fd=fd)
 
 
-def _marks(fd: int) -> set[str]:
-    """The ids of the jobs marked changed in the index folder ``fd``."""
-    return {entry.name[:-len(MARK)] for entry in os.scandir(fd) if entry.name.endswith(MARK)}
+def _marks(fd: int) -> tuple[set[str], list[str]]:
+    """The ids of the jobs marked changed in the index folder ``fd`` (each line of a file of many checked to be a
+    job key), and the files that mark them."""
+    files = [entry.name for entry in os.scandir(fd) if entry.name.endswith(MARK) or _CHANGES_FILE.match(entry.name)]
+    ids = {name[:-len(MARK)] for name in files if name.endswith(MARK)}
+    for name in files:
+        if _CHANGES_FILE.match(name):
+            ids.update((_read_file(fd, name) or b"").decode(errors="replace").splitlines())
+    return {name for name in ids if JOB_KEY.match(name)}, files
 
 
 @contextlib.contextmanager
@@ -315,14 +323,14 @@ def _refresh(root: Path, fd: Optional[int], shared: bool, writable: bool,
     head = head if head is not None and head.shared == shared else None
     again = set(open_segments(fd, head)) if fd is not None and head is not None else set()
     fresh, head = head is None, head or Head(shared, None, [], [], {}, 0)
-    found = {name for name in _marks(fd) if JOB_KEY.match(name)} if fd is not None else set()
+    found, marks = _marks(fd) if fd is not None else (set(), [])
     stamp = store_stamp(root)
     names = folder_names(root) if fresh or head.damaged or head.stamp != stamp else None
     rows, extra, pending, gone = head.rows, {}, set(), set()
-    for name in found:
-        if writable:  # removed before its folder is read: a change made meanwhile marks it anew
+    for mark in marks:
+        if writable:  # removed before its folders are read: a change made meanwhile marks it anew
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(name + MARK, dir_fd=fd)
+                os.unlink(mark, dir_fd=fd)
     again |= found | set(head.pending) | {name for name, row in rows.items() if is_open(row)}
     if names is not None:
         known = rows.keys() | set().union(*(s.ids for s in head.segments))

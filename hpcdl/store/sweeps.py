@@ -14,6 +14,7 @@ Its report (summary table, CSV, curves) is hpcdl.lifecycle.sweep_report.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
@@ -109,24 +110,30 @@ def point_ids(sweep: JobRecord) -> list[str]:
 
 
 def load_points(sweep: JobRecord, known: dict[str, JobRecord]) -> tuple[list[JobRecord], list[JobRecord]]:
-    """The sweep's point records, taken from ``known`` or read from the store; also those read here."""
+    """The sweep's point records, taken from ``known`` or read from the store (each folder opened from one
+    descriptor of the store); also those read here."""
     points, loaded = [], []
-    for num, point in enumerate(point_ids(sweep)):
-        record = known.get(point)
-        if record is None:
-            why = "its folder is gone"
-            try:
-                record = load_record(sweep.folder.parent / point)
-            except (UnsafeFolderError, OSError) as e:
-                record, why = None, f"its folder cannot be trusted: {e}"
-            if record is not None and record.state != DAMAGED and sweep_id_of(record) != sweep.id:
-                record, why = None, "its folder is no point of this sweep"
-            if record is None:  # listed, but not readable as this sweep's point: counted, never trusted
-                record = JobRecord(sweep.folder.parent / point, {"id": point, "sweep": {"id": sweep.id, "num": num}},
-                                   {}, LOST, why)
-            else:
-                loaded.append(record)
-        points.append(record)
+    ids = point_ids(sweep)
+    store = os.open(sweep.folder.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for num, point in enumerate(ids):
+            record = known.get(point)
+            if record is None:
+                why = "its folder is gone"
+                try:
+                    record = load_record(sweep.folder.parent / point, store)
+                except (UnsafeFolderError, OSError) as e:
+                    record, why = None, f"its folder cannot be trusted: {e}"
+                if record is not None and record.state != DAMAGED and sweep_id_of(record) != sweep.id:
+                    record, why = None, "its folder is no point of this sweep"
+                if record is None:  # listed, but not readable as this sweep's point: counted, never trusted
+                    record = JobRecord(sweep.folder.parent / point,
+                                       {"id": point, "sweep": {"id": sweep.id, "num": num}}, {}, LOST, why)
+                else:
+                    loaded.append(record)
+            points.append(record)
+    finally:
+        os.close(store)
     return points, loaded
 
 
