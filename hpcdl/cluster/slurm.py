@@ -19,9 +19,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from hpcdl.cluster import WORKER, slurm_pool
+from hpcdl.cluster.slurm_commands import QUERY_TIMEOUT_S, ask, is_queued, outside_any_job, run_command
 from hpcdl.cluster.slurm_pool import cancel_step, pool_job, step_command, step_of, step_states, submit_step
 from hpcdl.config import ClusterConfig
 from hpcdl.config.cluster import time_limit_minutes
@@ -35,57 +36,8 @@ from hpcdl.store.states import NODE_FAIL, PENDING, STOPPED
 from hpcdl.store.sweeps import runs_under_runner
 from hpcdl.train.stopping import STOP_SIGNAL
 
-QUERY_TIMEOUT_S = 30
 QUERY_TIMEOUT_DRY_RUN_S = 5
 CANCEL_WAIT_S = 60.0
-
-
-def _run(command: list[str], timeout_s: float = QUERY_TIMEOUT_S) -> str:
-    """Run a Slurm client command; SubmissionError with its stderr when it fails."""
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
-                              env=_submission_environment())
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise SubmissionError(f"{command[0]} failed: {e}") from e
-    if done.returncode != 0:
-        raise SubmissionError(f"{shlex.join(command)} failed: {done.stderr.strip() or done.stdout.strip()}")
-    return done.stdout
-
-
-def _ask(command: list[str]) -> str:
-    """A Slurm client command's output, asked from inside a job; empty when it cannot be run or fails."""
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return done.stdout if done.returncode == 0 else ""
-
-
-def _queued(slurm_id: str) -> bool:
-    """True while squeue still lists the job (running, completing, pending)."""
-    try:
-        return bool(_run(["squeue", "-h", "-j", slurm_id, "-o", "%T"]).strip())
-    except SubmissionError:  # no longer known to squeue
-        return False
-
-
-def _submission_environment() -> dict[str, str]:
-    """This environment without the SLURM_* variables of a job we may be running in (keeps SLURM_CONF)."""
-    return {k: v for k, v in os.environ.items()
-            if not (k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SUBMITIT_")) and k != "SLURM_CONF")}
-
-
-@contextlib.contextmanager
-def _outside_any_job() -> Iterator[None]:
-    """Submit as from a login shell even inside a job (submitit#1782): hide inherited SLURM_*."""
-    saved, cleaned = dict(os.environ), _submission_environment()
-    os.environ.clear()
-    os.environ.update(cleaned)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 @dataclass(frozen=True)
@@ -112,7 +64,7 @@ def _gpus(gres: str) -> int:
 def partitions(timeout_s: float = QUERY_TIMEOUT_S) -> dict[str, Partition]:
     """The cluster's partitions from one sinfo call (the largest node of each)."""
     found: dict[str, Partition] = {}
-    for line in _run(["sinfo", "-h", "-N", "-o", "%P|%c|%G|%l"], timeout_s).splitlines():
+    for line in run_command(["sinfo", "-h", "-N", "-o", "%P|%c|%G|%l"], timeout_s).splitlines():
         name, cpus, gres, limit = line.strip().split("|")
         default = name.endswith("*")
         name = name.rstrip("*")
@@ -193,7 +145,7 @@ def sbatch_script(plan: JobPlan, folder: Path, exclude: Sequence[str] = ()) -> s
 
 def max_array_size() -> int:
     """The cluster's MaxArraySize (scontrol show config): an array's indices must stay below it."""
-    for line in _run(["scontrol", "show", "config"]).splitlines():
+    for line in run_command(["scontrol", "show", "config"]).splitlines():
         key, _, value = line.partition("=")
         if key.strip() == "MaxArraySize" and value.strip().isdigit():
             return max(1, int(value.strip()))
@@ -356,7 +308,7 @@ class SlurmBackend:
                                    python=_python(plan), max_num_timeout=0)
         executor.update_parameters(**sbatch_parameters(plan, left_out))
         try:
-            with _outside_any_job():
+            with outside_any_job():
                 job = executor.submit(_run_worker, str(folder))
         except Exception as e:  # submitit raises plain exceptions carrying sbatch's message
             left = (f" (left out: {', '.join(left_out)}, which failed a preflight of your jobs lately; "
@@ -393,7 +345,7 @@ class SlurmBackend:
                     script = sweep / "slurm" / f"array-{len(list((sweep / 'slurm').glob('array-*.sh')))}.sh"
                     script.parent.mkdir(mode=0o700, exist_ok=True)
                     atomic_write_text(script, array_script(chunk, sweep, parallelism, points_per_task, left_out))
-                    array_id = _run(["sbatch", "--parsable", str(script)]).strip().split(";")[0]
+                    array_id = run_command(["sbatch", "--parsable", str(script)]).strip().split(";")[0]
                     arrays.append(array_id)
                     for task, task_points in enumerate(chunk):
                         for _, folder in task_points:
@@ -401,7 +353,7 @@ class SlurmBackend:
         except BaseException:  # a later sbatch refused (a QOS limit, say): none of the sweep stays queued
             if arrays:
                 with contextlib.suppress(SubmissionError):
-                    _run(["scancel", *arrays])
+                    run_command(["scancel", *arrays])
             raise
         return [point_ids[folder] for _, folder in points], ",".join(arrays)
 
@@ -419,7 +371,7 @@ class SlurmBackend:
             if record.backend_id:
                 ids.setdefault(record.backend_id, []).append(record.id)
         try:  # -r: one line per array task, pending ones too; %r: why a pending job waits
-            queue = _run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T|%r"]) if ids else ""
+            queue = run_command(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T|%r"]) if ids else ""
             live: dict[str, Optional[str]] = step_states(pooled) if pooled else {}
         except SubmissionError:
             return None
@@ -432,7 +384,7 @@ class SlurmBackend:
         arrays = {slurm_id.split("_")[0] for slurm_id in gone if "_" in slurm_id}  # their never-started tasks
         if gone:
             try:
-                history = _run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join([*gone, *arrays])])
+                history = run_command(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join([*gone, *arrays])])
             except SubmissionError:  # no accounting here: the status files decide
                 history = ""
             for line in history.splitlines():
@@ -449,9 +401,9 @@ class SlurmBackend:
             return
         if runs_under_runner(record):  # packed with others: its task's runner ends it on seeing CANCELLED
             return
-        _run(["scancel", *str(record.backend_id).split(",")])  # a sweep's: each of its arrays
+        run_command(["scancel", *str(record.backend_id).split(",")])  # a sweep's: each of its arrays
         deadline = time.monotonic() + CANCEL_WAIT_S
-        while time.monotonic() < deadline and _queued(str(record.backend_id)):
+        while time.monotonic() < deadline and is_queued(str(record.backend_id)):
             time.sleep(0.5)
 
     def log_path(self, record: JobRecord, rank: int, stream: str) -> Path:
@@ -545,7 +497,7 @@ class SlurmBackend:
         job = self.this_job()
         if not job:
             return False
-        found = re.search(r"\bRestarts=(\d+)", _ask(["scontrol", "show", "job", job]))
+        found = re.search(r"\bRestarts=(\d+)", ask(["scontrol", "show", "job", job]))
         return found is not None and int(found.group(1)) > self.this_run()
 
     def how_run_ended(self, run: int) -> Optional[str]:
@@ -554,7 +506,7 @@ class SlurmBackend:
         job = self.this_job()
         if not job:
             return None
-        runs = _ask(["sacct", "-D", "-X", "-n", "-P", "-o", "State,Start,End,NodeList", "-j", job]).splitlines()
+        runs = ask(["sacct", "-D", "-X", "-n", "-P", "-o", "State,Start,End,NodeList", "-j", job]).splitlines()
         if run >= len(runs) or runs[run].count("|") != 3:
             return None
         state, start, end, nodes = runs[run].split("|")
@@ -563,7 +515,7 @@ class SlurmBackend:
             return state
         with contextlib.suppress(ValueError):  # the node is marked down as the run ends: a minute's margin
             end = (datetime.datetime.fromisoformat(end) + datetime.timedelta(minutes=1)).isoformat(timespec="seconds")
-        events = _ask(["sacctmgr", "-n", "-P", "show", "event", f"start={start}", f"end={end}", f"nodes={nodes}",
+        events = ask(["sacctmgr", "-n", "-P", "show", "event", f"start={start}", f"end={end}", f"nodes={nodes}",
                        "format=NodeName,Reason"])
         down = sorted({line.replace("|", ": ", 1) for line in events.splitlines() if line.split("|")[0]})
         return f"{state} ({', '.join(down)})" if down else state

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from hpcdl.cluster import WORKER
+from hpcdl.cluster.slurm_commands import is_queued, run_command
 from hpcdl.config import ClusterConfig
 from hpcdl.config.cluster import time_limit_seconds
 from hpcdl.errors import ConfigError, SubmissionError
@@ -37,12 +38,6 @@ from hpcdl.train.stopping import STOP_SIGNAL
 POLL_S = 5
 """The longest the holder sleeps between two looks for use."""
 STOP_WAIT_S = 60.0
-
-
-def _slurm():  # the backend module: its command runner and environment (it imports this module lazily)
-    from hpcdl.cluster import slurm
-
-    return slurm
 
 
 def pool_job(record: JobRecord) -> bool:
@@ -102,7 +97,7 @@ def start(profile: ClusterConfig, folder: Path, name: str, idle_timeout_s: int) 
     """sbatch the holder of a new pool in ``folder``; returns the held job's id."""
     atomic_write_text(folder / POOL_SCRIPT, holder_script(folder, idle_timeout_s))
     try:
-        return _slurm()._run(sbatch_command(profile, folder, name)).strip().split(";")[0]
+        return run_command(sbatch_command(profile, folder, name)).strip().split(";")[0]
     except SubmissionError as e:
         raise SubmissionError(f"sbatch refused the pool: {e}") from e
 
@@ -122,7 +117,7 @@ def states(ids: list[str]) -> dict[str, tuple[str, Optional[int]]]:
     ended), from one squeue call and one sacct call for the ones squeue no longer shows; an id Slurm forgot
     is absent."""
     found: dict[str, tuple[str, Optional[int]]] = {}
-    for line in _slurm()._run(["squeue", "-h", "-u", getpass.getuser(), "-o", "%i|%T|%L|%r"]).splitlines():
+    for line in run_command(["squeue", "-h", "-u", getpass.getuser(), "-o", "%i|%T|%L|%r"]).splitlines():
         held, state, left, reason = line.strip().split("|", 3)
         if held in ids:
             found[held] = (f"{state} ({reason})" if state == PENDING and reason not in ("", "None") else state,
@@ -130,7 +125,7 @@ def states(ids: list[str]) -> dict[str, tuple[str, Optional[int]]]:
     gone = [held for held in ids if held not in found]
     if gone:
         try:
-            history = _slurm()._run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(gone)])
+            history = run_command(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(gone)])
         except SubmissionError:
             history = ""
         for line in history.splitlines():
@@ -141,10 +136,9 @@ def states(ids: list[str]) -> dict[str, tuple[str, Optional[int]]]:
 
 def stop(held: str) -> None:
     """scancel the held job (every step in it ends) and wait, at most STOP_WAIT_S, until Slurm has ended it."""
-    slurm = _slurm()
-    slurm._run(["scancel", held])
+    run_command(["scancel", held])
     deadline = time.monotonic() + STOP_WAIT_S
-    while time.monotonic() < deadline and slurm._queued(held):
+    while time.monotonic() < deadline and is_queued(held):
         time.sleep(0.5)
 
 
@@ -190,7 +184,7 @@ def submit_step(plan: JobPlan, folder: Path, pool_name: str) -> str:
 
 def _steps() -> dict[str, str]:
     """This user's running steps by name (a pool job's hpcdl id) -> step id."""
-    listed = _slurm()._run(["squeue", "-h", "-s", "-u", getpass.getuser(), "-o", "%i|%j"])
+    listed = run_command(["squeue", "-h", "-s", "-u", getpass.getuser(), "-o", "%i|%j"])
     return {name: step for step, _, name in (line.strip().partition("|") for line in listed.splitlines())}
 
 
@@ -213,7 +207,7 @@ def step_states(records: list[JobRecord]) -> dict[str, Optional[str]]:
             asked.append(held)
     if asked:
         try:
-            history = _slurm()._run(["sacct", "-n", "-P", "-o", "JobID,JobName,State", "-j", ",".join(set(asked))])
+            history = run_command(["sacct", "-n", "-P", "-o", "JobID,JobName,State", "-j", ",".join(set(asked))])
         except SubmissionError:
             history = ""
         ended = {name: state.split()[0] for _, name, state in
@@ -229,7 +223,7 @@ def cancel_step(record: JobRecord) -> None:
     while time.monotonic() < deadline:
         step = _steps().get(record.id)
         if step is not None:
-            _slurm()._run(["scancel", step])
+            run_command(["scancel", step])
         elif "@" in srun and is_running(srun):
             os.killpg(int(srun.split(":")[0]), signal.SIGTERM)
         else:
