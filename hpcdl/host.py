@@ -1,4 +1,5 @@
-"""This host's processes: who they are (host key, pid, start time) and ending a whole session of them.
+"""This host's processes: who they are (host key, pid, start time), the CPUs they may use, and ending a whole
+session of them.
 
 A pid means something only on the host, boot and PID namespace that gave it out:
 ``host_key()`` names those three, so that a process recorded elsewhere (another
@@ -16,6 +17,17 @@ import socket
 import time
 from pathlib import Path
 from typing import Optional
+
+TASK_CPUS = "HPCDL_TASK_CPUS"
+"""Set in a job's ranks to the CPUs its scheduler gave the task, where it gives a count (Backend.task_cpus)."""
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may use: those its scheduler gave the task, else its affinity mask's."""
+    given = os.environ.get(TASK_CPUS)
+    if given:
+        return int(given)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @functools.lru_cache(maxsize=1)

@@ -30,7 +30,7 @@ from hpcdl.distributed.restarts import (is_earlier_runs_failure, record_failure,
 from hpcdl.distributed import failures, hangs, heartbeat, pace, stacks
 from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES, global_rank, node_name
 from hpcdl.errors import FolderGoneError
-from hpcdl.host import become_subreaper, end_own_job
+from hpcdl.host import TASK_CPUS, become_subreaper, end_own_job
 from hpcdl.plan import JobPlan
 from hpcdl.reporting import close_metrics
 from hpcdl.snapshot import run_from_snapshot
@@ -201,6 +201,9 @@ def run_job(folder: str) -> None:
         return
     plan = JobPlan.from_dict(manifest["plan"])  # checked at submission: nothing is validated again here
     backend = backend_for(plan.cluster.backend)
+    cpus = backend.task_cpus()
+    if cpus:  # the data loader's default workers: the task's CPUs, fewer than the affinity mask where not bound
+        os.environ[TASK_CPUS] = str(cpus)
     final = recorded_final(path)  # read once: the lead may withdraw an earlier run's failure meanwhile
     if final is not None and not is_earlier_runs_failure(final, backend):  # cancelled while being submitted
         return

@@ -155,9 +155,17 @@ def test_background_dispatch_trains_exactly_as_the_main_process(tree: Path) -> N
 
 
 def test_workers_default_to_the_cpus_slurm_gives_the_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcdl.cluster import backend_for
+    from hpcdl.host import TASK_CPUS
+
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")
-    assert default_workers() == 5
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "8")
+    assert backend_for("slurm").task_cpus() == 6 and backend_for("local").task_cpus() is None
     monkeypatch.delenv("SLURM_CPUS_PER_TASK")
+    assert backend_for("slurm").task_cpus() == 8  # no --cpus-per-task: the node's allocation
+    monkeypatch.setenv(TASK_CPUS, "6")  # as the worker sets it in the ranks from its backend
+    assert default_workers() == 5
+    monkeypatch.delenv(TASK_CPUS)
     assert default_workers() == max(1, len(os.sched_getaffinity(0)) - 1)
 
 

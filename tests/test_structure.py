@@ -221,11 +221,6 @@ ASKS_OUTSIDE_CLUSTER = {
     "hpcdl/distributed/env.py": "rank side: a rank that srun started finds its rank, world and first node's "
                                 "address from srun's task variables (scontrol show node), as one that mpirun "
                                 "started does from Open MPI's: the launcher's variables, read where the others are",
-    "hpcdl/data/loader.py": "rank side: the default background workers are the CPUs Slurm gave the task "
-                            "(SLURM_CPUS_PER_TASK), fewer than the affinity mask shows where Slurm does not bind",
-    "hpcdl/sweep/runner.py": "packed points run inside one Slurm array task's step: its CPUs (SLURM_CPUS_PER_TASK) "
-                             "are shared out, and srun's task variables are taken from each point, which is a "
-                             "job of its own",
 }
 """The places outside cluster/ that still know a backend or read its variables, each with why."""
 

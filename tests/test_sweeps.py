@@ -206,7 +206,7 @@ def test_a_point_process_that_dies_is_failed_unless_slurm_has_queued_the_task_ag
     monkeypatch.setattr(SlurmBackend, "requeued_since_start", lambda self: requeued)
     point = tmp_path / "point"
     point.mkdir()
-    runner = Runner([], slots=1, threads=1, gpus=[], packed=True, runs=SlurmBackend())
+    runner = Runner([], slots=1, threads=1, gpus=[], packed=True, backend=SlurmBackend())
     process = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
     process.wait()
     runner.running[process] = (point, [])
@@ -226,7 +226,7 @@ def test_a_point_that_dies_over_a_damaged_final_state_leaves_it_and_the_runner_g
     point = tmp_path / "point"
     point.mkdir()
     (point / "final.json").write_text("{damaged")
-    runner = Runner([], slots=1, threads=1, gpus=[], packed=False, runs=backend_for("local"))
+    runner = Runner([], slots=1, threads=1, gpus=[], packed=False, backend=backend_for("local"))
     process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     process.wait()
     runner.running[process] = (point, [])

@@ -109,6 +109,14 @@ class Backend(JobRuns, Protocol):
         """The nodes this backend's submissions into the store ``root`` leave out now, each with why (the nodes
         that failed a preflight of this user's jobs lately); none where the backend cannot leave a node out."""
 
+    def task_cpus(self) -> Optional[int]:
+        """In the job: the CPUs the scheduler gave this task; None where it gives no count (the affinity mask
+        tells)."""
+
+    def single_task_environment(self, env: dict[str, str]) -> dict[str, str]:
+        """In the job: ``env`` without the launcher's task variables, for a process that is a job of its own
+        inside this task (a packed sweep point)."""
+
 
 def backend_for(name: str) -> Backend:
     """The backend a profile's ``backend`` names: ``BACKEND`` of the module hpcdl.cluster.<name>; ConfigError for

@@ -210,4 +210,12 @@ class LocalBackend:
         """None: a local job has this machine alone."""
         return {}
 
+    def task_cpus(self) -> Optional[int]:
+        """None: the affinity mask tells a local job's CPUs."""
+        return None
+
+    def single_task_environment(self, env: dict[str, str]) -> dict[str, str]:
+        """``env``: no launcher variables of a task to take out."""
+        return dict(env)
+
 BACKEND = LocalBackend

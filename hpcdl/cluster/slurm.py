@@ -38,6 +38,10 @@ from hpcdl.train.stopping import STOP_SIGNAL
 
 QUERY_TIMEOUT_DRY_RUN_S = 5
 CANCEL_WAIT_S = 60.0
+TASK_VARIABLES = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_NPROCS",
+                  "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE",
+                  "SLURM_STEPID", "SLURM_STEP_ID")
+"""srun's variables of one task of a step."""
 
 
 @dataclass(frozen=True)
@@ -462,6 +466,15 @@ class SlurmBackend:
         raised); None once queued, else what scontrol said."""
         done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
         return None if done.returncode == 0 else f"scontrol requeue failed: {done.stderr.strip()}"
+
+    def task_cpus(self) -> Optional[int]:
+        """The CPUs of this task (SLURM_CPUS_PER_TASK), else of this node's allocation; None outside a job."""
+        cpus = os.environ.get("SLURM_CPUS_PER_TASK") or os.environ.get("SLURM_CPUS_ON_NODE")
+        return int(cpus) if cpus else None
+
+    def single_task_environment(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` without srun's task variables: the process sees itself as one task, not as this step's."""
+        return {name: value for name, value in env.items() if name not in TASK_VARIABLES}
 
     def left_out(self, root: Path) -> dict[str, str]:
         """The nodes that failed a preflight of this user's jobs lately (--exclude), each with its reason."""

@@ -123,7 +123,7 @@ class TrainingOptions:
     """Read, decode and augment in worker processes ahead of the loop (MATLAB's DispatchInBackground); null:
     speed decides (fast: on for data read from files on a GPU)."""
     num_workers: Optional[int] = None
-    """Background workers; null: the CPUs Slurm gives the task (SLURM_CPUS_PER_TASK) less one."""
+    """Background workers; null: the CPUs the scheduler gives the task (Slurm: cpus_per_task) less one."""
     prefetch_factor: int = 2
     """Batches each background worker prepares ahead, >= 1."""
     gpu_decode: str = "auto"

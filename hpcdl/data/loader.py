@@ -12,7 +12,6 @@ datastore come back as None and are dropped from their batch and counted.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Iterator, Optional, Sequence
 
 import torch
@@ -22,13 +21,13 @@ from torch.utils.data._utils.collate import default_collate
 from hpcdl.data.batches import Batch, TensorPair, pinned_to, to_device
 from hpcdl.data.encoded import EncodedItems, collate_encoded, decode_on_device
 from hpcdl.data.prefetch import prefetched
+from hpcdl.host import usable_cpus
 
 
 def default_workers() -> int:
-    """Workers for background dispatch: the CPUs Slurm gave this task (not the node's), less one for the loop."""
-    cpus = os.environ.get("SLURM_CPUS_PER_TASK")
-    count = int(cpus) if cpus else len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
-    return max(1, count - 1)
+    """Workers for background dispatch: the CPUs the scheduler gave this task (not the node's), less one for the
+    loop."""
+    return max(1, usable_cpus() - 1)
 
 
 def _reopen_in_worker(_worker: int) -> None:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from hpcdl.cluster import WORKER, backend_for
+from hpcdl.cluster import WORKER, Backend, backend_for
 from hpcdl.distributed.restarts import JobRuns, is_earlier_runs_failure, record_failure
 from hpcdl.distributed.env import free_port
 from hpcdl.errors import HpcdlError
@@ -31,9 +31,6 @@ from hpcdl.store.sweeps import handed_over
 
 POLL_S = 0.2
 KILL_AFTER_S = 10.0
-SLURM_TASK_VARIABLES = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_NPROCS",
-                        "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS",
-                        "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEPID", "SLURM_STEP_ID")
 
 
 def visible_gpus() -> list[str]:
@@ -59,9 +56,9 @@ class Runner:
     """The points of one runner and the processes that run them."""
 
     def __init__(self, folders: list[Path], slots: int, threads: int, gpus: list[str], packed: bool,
-                 runs: JobRuns) -> None:
+                 backend: Backend) -> None:
         self.pending = list(folders)
-        self.slots, self.threads, self.packed, self.runs = slots, threads, packed, runs
+        self.slots, self.threads, self.packed, self.backend = slots, threads, packed, backend
         self.free_gpus = list(gpus)
         self.running: dict[subprocess.Popen, tuple[Path, list[str]]] = {}
         self.stopping = False
@@ -81,8 +78,7 @@ class Runner:
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         if self.packed:  # one single-rank job per point inside the task's allocation
-            for name in SLURM_TASK_VARIABLES:
-                env.pop(name, None)
+            env = self.backend.single_task_environment(env)
             env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
         return env
 
@@ -122,7 +118,7 @@ class Runner:
                 how = f"killed by signal {-process.returncode}" if process.returncode < 0 \
                     else f"exited with code {process.returncode}"
                 with contextlib.suppress(OSError, HpcdlError):
-                    record_failure(folder, self.runs, f"its process {how} without recording a result")
+                    record_failure(folder, self.backend, f"its process {how} without recording a result")
 
     def run(self) -> int:
         """Run every point; 0 when each ended (how each went is in its own record). Points still running
@@ -133,7 +129,7 @@ class Runner:
                 self._reap()
                 while self.pending and len(self.running) < self.slots and not self.stopping:
                     handed = handed_over(read_json(self.pending[0] / MANIFEST) or {}, self.pending[0].parent)
-                    if not _to_run(self.pending[0], self.runs) or handed is False:  # cancelled before it started, ended
+                    if not _to_run(self.pending[0], self.backend) or handed is False:  # cancelled before it started, ended
                         self.pending.pop(0)  # in an earlier run, or its submission was interrupted
                     elif handed is None:  # its submitter has not recorded the scheduler's id yet
                         break
@@ -196,11 +192,10 @@ def main(argv: list[str]) -> int:
                         help="the points of one Slurm array task, run inside its allocation")
     args = parser.parse_args(argv)
     sweep = args.sweep.resolve()
-    cpus = (int(os.environ.get("SLURM_CPUS_PER_TASK") or os.environ["SLURM_CPUS_ON_NODE"]) if args.packed
-            else len(os.sched_getaffinity(0)))
+    backend = backend_for((read_json(sweep / MANIFEST) or {})["plan"]["cluster"]["backend"])
+    cpus = (backend.task_cpus() if args.packed else None) or len(os.sched_getaffinity(0))
     gpus = visible_gpus()
     slots, threads = slot_plan(cpus, gpus, args.cpus_per_point, args.limit)
-    backend = backend_for((read_json(sweep / MANIFEST) or {})["plan"]["cluster"]["backend"])
     runner = Runner([sweep.parent / p for p in args.points], slots, threads, gpus, args.packed, backend)
     for signum in (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT):
         signal.signal(signum, runner.forward)
