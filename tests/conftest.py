@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
 LEFT_OUT = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", "runs")
+
+
+@pytest.fixture(autouse=True)
+def process_as_found() -> Iterator[None]:
+    """Each test starts in the folder and with the HPCDL_ variables the session had: code a test runs in its
+    own process (the agent, a Hydra app) may change them, and the tests after it start jobs from there."""
+    folder, variables = os.getcwd(), {k: v for k, v in os.environ.items() if k.startswith("HPCDL_")}
+    yield
+    os.chdir(folder)
+    for name in [k for k in os.environ if k.startswith("HPCDL_") and k not in variables]:
+        del os.environ[name]
+    os.environ.update(variables)
 
 
 @pytest.fixture(scope="session")

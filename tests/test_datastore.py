@@ -162,7 +162,11 @@ def test_workers_default_to_the_cpus_slurm_gives_the_task(monkeypatch: pytest.Mo
     monkeypatch.setenv("SLURM_CPUS_ON_NODE", "8")
     assert backend_for("slurm").task_cpus() == 6 and backend_for("local").task_cpus() is None
     monkeypatch.delenv("SLURM_CPUS_PER_TASK")
-    assert backend_for("slurm").task_cpus() == 8  # no --cpus-per-task: the node's allocation
+    monkeypatch.setenv("SLURM_LOCALID", "0")
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "1")
+    assert backend_for("slurm").task_cpus() == 8  # no --cpus-per-task: the node's allocation, one task there
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "4")
+    assert backend_for("slurm").task_cpus() == 2  # four tasks share it
     monkeypatch.setenv(TASK_CPUS, "6")  # as the worker sets it in the ranks from its backend
     assert default_workers() == 5
     monkeypatch.delenv(TASK_CPUS)

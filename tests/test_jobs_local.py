@@ -273,6 +273,7 @@ def test_a_rank_done_in_a_run_slurm_ended_does_not_complete_the_next_run(tmp_pat
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
+    from hpcdl.cluster import backend_for
     from hpcdl.distributed.env import LAUNCHER_RANK_VARIABLES
     from hpcdl.worker import _all_ranks_done
 
@@ -283,7 +284,7 @@ def test_a_rank_done_in_a_run_slurm_ended_does_not_complete_the_next_run(tmp_pat
     def returns(rank: int, run: int) -> bool:
         monkeypatch.setenv("SLURM_PROCID", str(rank))
         monkeypatch.setenv("SLURM_RESTART_COUNT", str(run))
-        return _all_ranks_done(tmp_path, plan)
+        return _all_ranks_done(tmp_path, plan, backend_for("slurm"))
 
     assert not returns(1, run=0)  # rank 1 finished, then Slurm ended the run (its node failed) and requeued it
     assert not returns(0, run=1)  # the next run: rank 1's earlier mark does not count

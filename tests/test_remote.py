@@ -339,6 +339,8 @@ def test_the_agent_takes_only_group_files_by_their_plain_names(tmp_path: Path,
     from hpcdl.errors import HpcdlError
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # the agent's process ends in its home and keeps its config folder: undone after
+    monkeypatch.setenv("HPCDL_CONFIG_DIR", str(tmp_path / "config"))  # undone after, as the agent sets it
     for key in ("../x.yaml", "cluster/site.yaml", "data/../../x.yaml", "/etc/x.yaml", "data/a.yml", "data"):
         with pytest.raises(HpcdlError, match="only GROUP/NAME.yaml"):
             with _as_profile({"name": "site"}, {key: "x: 1\n"}):

@@ -25,6 +25,7 @@ from hpcdl.cluster import WORKER, slurm_pool
 from hpcdl.cluster.slurm_commands import QUERY_TIMEOUT_S, ask, is_queued, outside_any_job, run_command
 from hpcdl.cluster.slurm_pool import cancel_step, pool_job, step_command, step_of, step_states, submit_step
 from hpcdl.config import ClusterConfig
+from hpcdl.distributed.env import local_env
 from hpcdl.config.cluster import time_limit_minutes
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.plan import JobPlan
@@ -468,9 +469,13 @@ class SlurmBackend:
         return None if done.returncode == 0 else f"scontrol requeue failed: {done.stderr.strip()}"
 
     def task_cpus(self) -> Optional[int]:
-        """The CPUs of this task (SLURM_CPUS_PER_TASK), else of this node's allocation; None outside a job."""
-        cpus = os.environ.get("SLURM_CPUS_PER_TASK") or os.environ.get("SLURM_CPUS_ON_NODE")
-        return int(cpus) if cpus else None
+        """The CPUs of this task (SLURM_CPUS_PER_TASK), else its share of this node's allocation; None outside
+        a job."""
+        given = os.environ.get("SLURM_CPUS_PER_TASK")
+        if given:
+            return int(given)
+        on_node = os.environ.get("SLURM_CPUS_ON_NODE")  # shared by the tasks on the node
+        return max(1, int(on_node) // local_env().local_world_size) if on_node else None
 
     def single_task_environment(self, env: dict[str, str]) -> dict[str, str]:
         """``env`` without srun's task variables: the process sees itself as one task, not as this step's."""

@@ -59,6 +59,7 @@ def holder_script(folder: Path, idle_timeout_s: int) -> str:
     return "\n".join([
         "#!/bin/bash",
         "# hpcdl pool holder: holds the allocation until it is idle (python -m hpcdl.pool)",
+        "umask 077  # its records are this user's alone, whatever umask Slurm passed on",
         f"idle={idle_timeout_s}",
         "last=$(date +%s)",
         "while :; do",

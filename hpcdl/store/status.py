@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hpcdl.errors import FolderGoneError
 from hpcdl.store.atomic import create_once, link_once, nameless_file, sync_filesystem
 from hpcdl.store.changes import note_change, note_changes
 from hpcdl.store.files import FINAL, RANK_RESULTS, RANKS_DONE, STATUS
@@ -71,6 +72,8 @@ def write_finals(root: Path, ids: list[str], state: str, **fields: Any) -> list[
                     done = create_once(root / job / FINAL, text, durable=False, folder_fd=folder)
                 if done:
                     won.append(job)
+            except (FileNotFoundError, FolderGoneError):
+                continue  # removed meanwhile: nothing to record, and the others are still cancelled
             finally:
                 os.close(folder)
     finally:
