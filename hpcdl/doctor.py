@@ -22,6 +22,15 @@ def _interrupted(signum: int, _frame: Any) -> NoReturn:
     raise SystemExit(128 + signum)  # through the cancel below, as Ctrl-C is
 
 
+def _typed(value: str) -> Any:
+    """An override's value as the profile takes it: a number, list or quoted string as JSON, else the text
+    (16G, 0:10:00, 2gpu)."""
+    try:
+        return json.loads(value) if value[:1] in "0123456789[{\"" else value
+    except ValueError:
+        return value
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpcdl.doctor", description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="cluster=NAME, cluster.KEY=VALUE, data.root=PATH")
@@ -47,8 +56,7 @@ def main(argv: list[str]) -> int:
     cluster = config.cluster
     resources = {o.split("=", 1)[0][len("cluster."):]: o.split("=", 1)[1] for o in args.overrides
                  if o.startswith("cluster.")}
-    resources = {key: json.loads(value) if value[:1] in "0123456789[{\"" else value
-                 for key, value in resources.items()}
+    resources = {key: _typed(value) for key, value in resources.items()}
     job = batch(node_report, str(store_root(cluster.store)), config.data.root, cluster.gpus_per_node,
                 cluster=cluster.name, name="doctor", all_ranks=True, **{"preflight": "off", "snapshot": False, **resources})  # hpcdl alone runs
     print(f"job {job.id}: checking {cluster.nodes} node(s) of profile {cluster.name} ...", flush=True)

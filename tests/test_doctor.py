@@ -272,3 +272,9 @@ def test_a_doctor_that_times_out_cancels_its_job(store: Path, tmp_path: Path) ->
     wait_for(lambda: not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z",
              30, "the doctor's job process ended")
 
+
+
+def test_the_doctors_overrides_keep_values_that_are_no_json_as_text() -> None:
+    from hpcdl.doctor import _typed
+
+    assert [_typed(v) for v in ("16G", "0:10:00", "2gpu", "", "2", "[1, 2]")] == ["16G", "0:10:00", "2gpu", "", 2, [1, 2]]
