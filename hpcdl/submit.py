@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
         if config.dry_run:
             from hpcdl.lifecycle.pools import on_pool
 
-            plan = on_pool(plan)[0]
+            plan = on_pool(plan, claim=False)[0]
             backend = backend_for(profile.backend)
             note = backend.check(plan, dry_run=True)
             print(backend.preview(plan, store_root(profile.store) / "<job id>"), end="")

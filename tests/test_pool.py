@@ -1,12 +1,14 @@
 """Held pools without a cluster: bad settings refused with the option named, before anything is written; the
-pools folder is the user's alone; the holder's script is the one the idle timeout needs (the cluster's tests:
-tests/test_slurm_pool.py)."""
+pools folder is the user's alone; the holder's script is the one the idle timeout needs; a submission claims the
+pool only while its holder has not released it (the cluster's tests: tests/test_slurm_pool.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import pytest
 from hpcdl.cluster.slurm_pool import holder_script, sbatch_command
 from hpcdl.config import ClusterConfig
 from hpcdl.errors import ConfigError
-from hpcdl.store.pools import load_pools, pools_folder
+from hpcdl.store.pools import PoolRecord, claim_use, load_pools, note_use, pools_folder
 from hpcdl.store.safety import UnsafeFolderError
 from tests.conftest import job_folders
 
@@ -68,3 +70,25 @@ def test_the_holder_ends_after_its_idle_timeout_and_every_value_is_an_argument_o
                              "mine")
     assert command[:2] == ["sbatch", "--parsable"] and command[-1] == str(folder / "holder.sh")
     assert {"--nodes=2", "--time=30", "--partition=debug", "--job-name=hpcdl-pool-mine"} <= set(command)
+
+
+def test_a_submission_claims_the_pool_unless_its_holder_released_it_or_announced_that_it_would(tmp_path: Path) -> None:
+    pool = PoolRecord(name="p", folder=tmp_path, backend="slurm", backend_id="7", profile={}, idle_timeout_s=10,
+                      started_at=0.0)
+    assert claim_use(pool) and (tmp_path / "last-used").exists()
+    announced = tmp_path / "releasing"
+    announced.touch()  # the holder announced; it sees the claim's touch and goes on
+    threading.Timer(0.3, announced.unlink).start()
+    started = time.monotonic()
+    assert claim_use(pool) and time.monotonic() - started >= 0.3  # it waited for the holder's decision
+
+    def release() -> None:
+        (tmp_path / "released.json").write_text('{"at": 1, "idle_s": 10}\n')
+        announced.unlink()
+
+    announced.touch()  # the holder announced before the claim's touch: it releases
+    threading.Timer(0.3, release).start()
+    assert not claim_use(pool)
+    with pytest.raises(ConfigError, match="pool p .scheduler id 7. released its allocation, idle, while the job"):
+        note_use(pool, "261206-101010-abcd")
+    assert not (tmp_path / "job-261206-101010-abcd").exists() and pool.job_ids() == []

@@ -1,11 +1,13 @@
 """Held pools on the real test cluster (slurm/cluster.sh up): python -m hpcdl.pool holds one allocation, jobs
 given cluster.pool run as steps of it with no new Slurm job, an idle pool releases itself, pool stop ends its
-running jobs CANCELLED, and a job the pool cannot hold is refused before anything is submitted."""
+running jobs CANCELLED (withdrawn if Slurm refuses the stop), a job the pool cannot hold is refused before anything
+is submitted, and the holder does not release a pool that a submission claimed as it decided to."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcdl.cluster.slurm_pool import holder_script
 from tests.conftest import job_folders
 from tests.test_slurm import _sacct_state, slurm_cluster  # noqa: F401 - the fixture
 
@@ -151,3 +154,45 @@ def test_a_sweep_runs_its_points_as_steps_and_its_cancel_leaves_the_pool(work: P
         assert _pool_row(work, "sweep")[2:3] + _pool_row(work, "sweep")[-1:] == ["RUNNING", "6"]
     finally:
         _hpcdl(work, "hpcdl.pool", "stop", "sweep", "cluster=slurm", check=False)
+
+
+def test_pool_stop_that_slurm_refuses_withdraws_the_cancel_it_recorded(work: Path, store: Path) -> None:
+    _start(work, "refused", "time=00:10:00")
+    try:
+        job = _submit(work, "refused", "script=long.py", "cluster.time=5")
+        _wait_state(work, job, "RUNNING")
+        unreachable = {**os.environ, "SLURM_CONF": str(work / "no-such-slurm.conf")}  # scancel cannot reach Slurm
+        refused = subprocess.run([sys.executable, "-m", "hpcdl.pool", "stop", "refused", "cluster=slurm"], cwd=work,
+                                 env=unreachable, capture_output=True, text=True, timeout=120)
+        assert refused.returncode != 0 and "scancel" in refused.stderr, refused.stdout + refused.stderr
+        assert not (store / job / "final.json").exists()  # its CANCELLED withdrawn: the job runs on
+        assert _pool_row(work, "refused")[2] == "RUNNING"
+        assert json.loads((store / job / "status.json").read_text())["state"] == "RUNNING"
+    finally:
+        _hpcdl(work, "hpcdl.pool", "stop", "refused", "cluster=slurm", check=False)
+
+
+def test_the_holder_goes_on_when_a_submission_claims_the_pool_as_it_announces_its_release(work: Path,
+                                                                                         tmp_path: Path) -> None:
+    """The holder's script, run as the held job runs it (its squeue asks the real cluster about a held job with no
+    step), with a submission's touch of the use mark landing between its announcement and its second look: a
+    DEBUG trap runs before each command and touches the mark once, right before that look."""
+    held = _start(work, "race", "time=00:05:00")
+    try:
+        folder = tmp_path / "pool"
+        folder.mkdir()
+        script = folder / "holder.sh"
+        script.write_text(holder_script(folder, 2))
+        mark, touched = shlex.quote(str(folder / "last-used")), shlex.quote(str(tmp_path / "touched"))
+        trap = (f"""if [[ $BASH_COMMAND == *'!= "$mark"'* && ! -e {touched} ]]; then """
+                f"""[ -e {shlex.quote(str(folder / "releasing"))} ] && touch {mark} && : > {touched}; fi""")
+        done = subprocess.run(["bash", "-c", f"trap {shlex.quote(trap)} DEBUG; . {shlex.quote(str(script))}"],
+                              env={**os.environ, "SLURM_JOB_ID": held}, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        claimed_at = (folder / "last-used").stat().st_mtime
+        assert (tmp_path / "touched").exists()  # the claim landed after the announcement, before the second look
+        released = json.loads((folder / "released.json").read_text())
+        assert released["at"] >= int(claimed_at) + 2, (released, claimed_at)  # it held on for a whole idle time
+        assert not (folder / "releasing").exists()
+    finally:
+        _hpcdl(work, "hpcdl.pool", "stop", "race", "cluster=slurm", check=False)

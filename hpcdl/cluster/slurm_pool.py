@@ -30,7 +30,7 @@ from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.host import is_running, process_id
 from hpcdl.plan import JobPlan
 from hpcdl.store.atomic import atomic_write_text
-from hpcdl.store.files import POOL_LOG, POOL_RELEASED, POOL_SCRIPT, POOL_USED, STEP_LOG
+from hpcdl.store.files import POOL_LOG, POOL_RELEASED, POOL_RELEASING, POOL_SCRIPT, POOL_USED, STEP_LOG
 from hpcdl.store.folders import JobRecord
 from hpcdl.store.states import PENDING, RUNNING
 from hpcdl.train.stopping import STOP_SIGNAL
@@ -53,9 +53,12 @@ def step_of(backend_id: str) -> tuple[str, str, str]:
 
 
 def holder_script(folder: Path, idle_timeout_s: int) -> str:
-    """The held job's script: it ends itself once no step ran and nothing was submitted for ``idle_timeout_s``."""
-    quoted = {name: shlex.quote(str(folder / name)) for name in (POOL_USED, POOL_RELEASED)}
+    """The held job's script: it ends itself once no step ran and nothing was submitted for ``idle_timeout_s``.
+    Its release is the holder's half of the handshake with submissions (hpcdl.store.pools.claim_use)."""
+    quoted = {name: shlex.quote(str(folder / name)) for name in (POOL_USED, POOL_RELEASED, POOL_RELEASING)}
     poll = max(1, min(POLL_S, idle_timeout_s // 4))
+    # ': <' opens the mark before stat reads it: on NFS an open fetches its attributes afresh (close-to-open)
+    mark = f"$(: 2>/dev/null < {quoted[POOL_USED]}; stat -c '%Y %y' {quoted[POOL_USED]} 2>/dev/null || echo 0)"
     return "\n".join([
         "#!/bin/bash",
         "# hpcdl pool holder: holds the allocation until it is idle (python -m hpcdl.pool)",
@@ -70,11 +73,18 @@ def holder_script(folder: Path, idle_timeout_s: int) -> str:
         "    elif printf '%s\\n' \"$steps\" | grep -v -e '^$' -e '\\.batch$' -e '\\.extern$' >/dev/null; then",
         "        last=$now",
         "    fi",
-        f"    used=$(stat -c %Y {quoted[POOL_USED]} 2>/dev/null || echo 0)",
+        f"    mark={mark}",
+        '    used=${mark%% *}',
         '    if [ "$used" -gt "$last" ]; then last=$used; fi',
         '    if [ $((now - last)) -ge "$idle" ]; then',
+        f"        : > {quoted[POOL_RELEASING]}  # announced; a submission that touched the mark since goes on",
+        f'        if [ "{mark}" != "$mark" ]; then',
+        f"            rm -f {quoted[POOL_RELEASING]}",
+        "            continue",
+        "        fi",
         f"        printf '{{\"at\": %s, \"idle_s\": %s}}\\n' \"$now\" \"$idle\" > {quoted[POOL_RELEASED]}.tmp",
         f"        mv {quoted[POOL_RELEASED]}.tmp {quoted[POOL_RELEASED]}",
+        f"        rm -f {quoted[POOL_RELEASING]}",
         "        exit 0",
         "    fi",
         "done",

@@ -19,9 +19,10 @@ from hpcdl.config import ClusterConfig
 from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.plan import JobPlan
 from hpcdl.store.folders import load_record, store_root
-from hpcdl.store.pools import PoolRecord, check_pool_name, find_pool, load_pools, new_pool_folder, save_pool
+from hpcdl.store.pools import (PoolRecord, check_pool_name, claim_use, find_pool, load_pools, new_pool_folder,
+                               save_pool)
 from hpcdl.store.states import CANCELLED, PENDING, RELEASED, RUNNING, STOPPED, UNKNOWN
-from hpcdl.store.status import write_final
+from hpcdl.store.status import withdraw_final, write_final
 
 START_POLL_S = 0.5
 
@@ -97,7 +98,8 @@ def start_pool(profile: ClusterConfig, name: str, idle_timeout_s: int, wait_s: f
 
 def stop_pool(profile: ClusterConfig, key: str) -> tuple[PoolRecord, list[str]]:
     """Release the pool ``key`` (a name or the held job's id) now; its jobs that had not ended are recorded
-    CANCELLED first. Returns the pool and those jobs' ids."""
+    CANCELLED first (so that none records its own end on the way), and that is withdrawn if the scheduler
+    refuses. Returns the pool and those jobs' ids."""
     root = store_root(profile.store)
     pool = find_pool(root, key)
     cancelled = []
@@ -105,11 +107,16 @@ def stop_pool(profile: ClusterConfig, key: str) -> tuple[PoolRecord, list[str]]:
         record = load_record(root / job_id)
         if record is not None and not record.final and write_final(
                 record.folder, CANCELLED, reason=f"its pool {pool.name} was stopped (python -m hpcdl.pool stop)"):
-            cancelled.append(job_id)
+            cancelled.append(record.folder)
+    try:
+        backend_for(pool.backend).stop_pool(pool.backend_id)
+    except BaseException:
+        for folder in cancelled:
+            withdraw_final(folder)
+        raise
     pool.stopped_at = time.time()
     save_pool(pool)
-    backend_for(pool.backend).stop_pool(pool.backend_id)
-    return pool, cancelled
+    return pool, [folder.name for folder in cancelled]
 
 
 def _fits(plan: JobPlan, pool: PoolRecord) -> None:
@@ -130,10 +137,11 @@ def _clock(seconds: int) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def on_pool(plan: JobPlan) -> tuple[JobPlan, Optional[PoolRecord]]:
+def on_pool(plan: JobPlan, claim: bool = True) -> tuple[JobPlan, Optional[PoolRecord]]:
     """``plan`` as it runs on its pool (``cluster.pool`` named it; now the held job's id, no requeue and no
     preflight of its own: the pool's allocation is the job's) and the pool; ``plan`` itself and None without
-    a pool. ConfigError for a pool that does not run, or a job it cannot hold."""
+    a pool. ConfigError for a pool that does not run, or a job it cannot hold. ``claim``: the pool is claimed
+    (``claim_use``: its holder does not release it for its idle timeout); a dry run only looks."""
     profile = plan.cluster
     if profile.pool is None:
         return plan, None
@@ -141,7 +149,7 @@ def on_pool(plan: JobPlan) -> tuple[JobPlan, Optional[PoolRecord]]:
     if pool.backend != profile.backend:
         raise ConfigError(f"cluster.pool: pool {pool.name} is held by backend {pool.backend}, not "
                           f"{profile.backend}; submit with its profile (cluster={pool.profile['name']})")
-    (view,) = _views([pool])
+    (view,) = _views([pool]) if not claim or claim_use(pool) else (PoolView(pool, RELEASED, None),)
     if view.state != RUNNING:
         raise ConfigError(f"cluster.pool: pool {pool.name} (scheduler id {pool.backend_id}) is {view.state}, not "
                           f"running; start one: python -m hpcdl.pool start cluster={pool.profile['name']}")

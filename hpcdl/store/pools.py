@@ -8,13 +8,14 @@ import json
 import os
 import re
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from hpcdl.errors import ConfigError
 from hpcdl.store.atomic import atomic_write_text
-from hpcdl.store.files import POOL_JOB, POOL_RECORD, POOL_RELEASED, POOL_USED, POOLS
+from hpcdl.store.files import POOL_JOB, POOL_RECORD, POOL_RELEASED, POOL_RELEASING, POOL_USED, POOLS
 from hpcdl.store.safety import open_own_folder, read_job_file
 
 _POOL_JOB_ID = re.compile(r"^[0-9]{6}-[0-9]{6}-[0-9a-f]{4}(_[0-9]+)?$")  # a job's id (JOB_ID), or a sweep point's
@@ -112,7 +113,30 @@ def find_pool(root: Path, key: str) -> PoolRecord:
     return pools[-1]
 
 
-def note_use(pool: PoolRecord, job_id: str) -> None:
-    """Mark ``job_id`` as submitted to ``pool`` and touch its use mark (its holder counts it as use)."""
-    (pool.folder / POOL_JOB.format(id=job_id)).touch(mode=0o600)
+RELEASING_WAIT_S = 10.0
+"""The longest a submission waits for a holder that announced its release to release or go on."""
+
+
+def claim_use(pool: PoolRecord) -> bool:
+    """Touch the pool's use mark, then tell whether its holder still holds it: False once the holder has
+    released it, or announced that it would before this touch (so a job is never handed to a pool that ends).
+
+    The two sides' handshake: the holder reads the mark, announces (POOL_RELEASING), reads the mark again and
+    releases only if it is unchanged; a submission touches the mark, then looks for the announcement. Whichever
+    order the steps fall in, one side sees the other's: a touch before the holder's second read keeps the pool,
+    one after it finds the announcement (or POOL_RELEASED, written before the announcement goes)."""
     (pool.folder / POOL_USED).touch(mode=0o600)
+    deadline = time.monotonic() + RELEASING_WAIT_S
+    while (pool.folder / POOL_RELEASING).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the holder decides in milliseconds: released, or going on after this touch
+    return not (pool.folder / POOL_RELEASING).exists() and not (pool.folder / POOL_RELEASED).exists()
+
+
+def note_use(pool: PoolRecord, job_id: str) -> None:
+    """Claim the pool for ``job_id`` (``claim_use``) and mark the job as submitted to it; ConfigError when its
+    holder released it in the meantime."""
+    if not claim_use(pool):
+        raise ConfigError(f"cluster.pool: pool {pool.name} (scheduler id {pool.backend_id}) released its "
+                          "allocation, idle, while the job was submitted; nothing was submitted: start it again "
+                          "(python -m hpcdl.pool start)")
+    (pool.folder / POOL_JOB.format(id=job_id)).touch(mode=0o600)
