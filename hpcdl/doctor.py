@@ -3,32 +3,48 @@
     python -m hpcdl.doctor cluster=slurm cluster.nodes=2 data.root=/data/images
 
 Every node of the allocation checks itself (GPUs, NVML health, bf16 GEMM, HBM, the store, the data root,
-scratch) as cluster.preflight does before a job's ranks meet; each failed check is printed with the node and
-what to change. Exit status 0 when every node passed. A profile with a login node (cluster.remote.host) runs
-the doctor there, through hpcdl's agent. When the checks have not ended within --timeout (or the doctor is
+scratch), then, once every node has, the nodes time an all-reduce across the allocation and judge its bus
+bandwidth against cluster.preflight_busbw_gbps, as cluster.preflight does before a job's ranks meet; each
+failed check is printed with the node and what to change. Exit status 0 when every node passed. A profile
+with a login node (cluster.remote.host) runs the doctor there, through hpcdl's agent. When the checks have not ended within --timeout (or the doctor is
 interrupted), the job is cancelled: no allocation is left behind.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
+import os
 import signal
 import sys
-from typing import Any, NoReturn
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, NoReturn, Optional
 
 
 def _interrupted(signum: int, _frame: Any) -> NoReturn:
     raise SystemExit(128 + signum)  # through the cancel below, as Ctrl-C is
 
 
-def _typed(value: str) -> Any:
-    """An override's value as the profile takes it: a number, list or quoted string as JSON, else the text
-    (16G, 0:10:00, 2gpu)."""
-    try:
-        return json.loads(value) if value[:1] in "0123456789[{\"" else value
-    except ValueError:
-        return value
+def node_checks(data_root: Optional[str], gpus_asked: int, nodes: int, allreduce_mb: int,
+                busbw_gbps: dict[str, float], backend: str) -> Optional[dict[str, Any]]:
+    """One node's report, as the doctor's job gathers it from every rank (the node's first rank reports; the
+    others return None): its own checks, then the all-reduce with the other nodes once every node has written
+    its own (the preflight's steps; the store is probed in the doctor job's own folder)."""
+    from hpcdl.cluster import backend_for
+    from hpcdl.distributed import busbw, preflight
+    from hpcdl.distributed.env import local_env, node_name
+
+    if local_env().local_rank != 0:
+        return None
+    folder, runs = Path(os.environ["HPCDL_JOB_FOLDER"]), backend_for(backend)
+    started, node = time.monotonic(), node_name()
+    checks = preflight.run_checks(folder, data_root, gpus_asked)
+    preflight.write_result(folder, node, checks, time.monotonic() - started, restarts=runs.this_run(),
+                           slurm_job=runs.this_job())
+    checks.append(busbw.check_allreduce(folder, node, nodes, allreduce_mb, busbw_gbps, gpus_asked > 0, runs)[0])
+    return {"node": node, "seconds": round(time.monotonic() - started, 2), "checks": [asdict(c) for c in checks]}
 
 
 def main(argv: list[str]) -> int:
@@ -48,22 +64,22 @@ def main(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     from hpcdl.config.compose import compose_config
-    from hpcdl.distributed.preflight import ADVICE, node_report
-    from hpcdl.lifecycle.submission import batch
-    from hpcdl.store.folders import store_root
+    from hpcdl.distributed.preflight import ADVICE
+    from hpcdl.doctor import node_checks  # by its module's name, not __main__'s: the ranks import it
+    from hpcdl.lifecycle.submission import submit_job
+    from hpcdl.plan import resolve_function
 
     config = compose_config(args.overrides)
-    cluster = config.cluster
-    resources = {o.split("=", 1)[0][len("cluster."):]: o.split("=", 1)[1] for o in args.overrides
-                 if o.startswith("cluster.")}
-    resources = {key: _typed(value) for key, value in resources.items()}
-    job = batch(node_report, str(store_root(cluster.store)), config.data.root, cluster.gpus_per_node,
-                cluster=cluster.name, name="doctor", all_ranks=True, **{"preflight": "off", "snapshot": False, **resources})  # hpcdl alone runs
-    print(f"job {job.id}: checking {cluster.nodes} node(s) of profile {cluster.name} ...", flush=True)
-    for name in ("SIGTERM", "SIGHUP"):
+    cluster = dataclasses.replace(config.cluster, preflight="off", snapshot=False)  # hpcdl alone runs: no code
+    plan = dataclasses.replace(resolve_function(cluster, "doctor"), gather_results=True)
+    for name in ("SIGTERM", "SIGHUP"):  # before sbatch: an interrupted submission leaves nothing either
         signal.signal(getattr(signal, name), _interrupted)
+    job = submit_job(plan, overrides=args.overrides, payload=(node_checks, (
+        config.data.root, cluster.gpus_per_node, cluster.nodes, cluster.preflight_allreduce_mb,
+        dict(cluster.preflight_busbw_gbps), cluster.backend), {}))
+    print(f"job {job.id}: checking {cluster.nodes} node(s) of profile {cluster.name} ...", flush=True)
     try:
-        reports = {report["node"]: report for report in job.result(timeout=args.timeout)}
+        reports = {report["node"]: report for report in job.result(timeout=args.timeout) if report is not None}
     except (TimeoutError, KeyboardInterrupt, SystemExit) as e:
         ended = job.done()
         if not ended:
@@ -78,10 +94,10 @@ def main(argv: list[str]) -> int:
     for node, report in sorted(reports.items()):
         print(f"{node} ({report['seconds']:.1f} s)")
         for check in report["checks"]:
-            print(f"  {check['name']:<8s} {check['status']:<8s} {check['detail']}")
+            print(f"  {check['name']:<9s} {check['status']:<8s} {check['detail']}")
             if check["status"] == "failed":
                 failed += 1
-                print(f"           change: {ADVICE[check['name']].replace('NODE', node)}")
+                print(f"            change: {ADVICE[check['name']].replace('NODE', node)}")
     print(f"{failed} failed check(s) on {len(reports)} node(s)")
     return 1 if failed else 0
 

@@ -273,8 +273,11 @@ def test_a_doctor_that_times_out_cancels_its_job(store: Path, tmp_path: Path) ->
              30, "the doctor's job process ended")
 
 
-
-def test_the_doctors_overrides_keep_values_that_are_no_json_as_text() -> None:
-    from hpcdl.doctor import _typed
-
-    assert [_typed(v) for v in ("16G", "0:10:00", "2gpu", "", "2", "[1, 2]")] == ["16G", "0:10:00", "2gpu", "", 2, [1, 2]]
+def test_the_doctor_allocates_with_each_cluster_override_as_the_user_typed_it(store: Path, tmp_path: Path) -> None:
+    done = cli(tmp_path, "hpcdl.doctor", "cluster=local", "cluster.mem=16G", "cluster.time=0:10:00",
+               "+cluster.env.HPCDL_DOCTOR_MARK=n2:1.0", "--timeout", "120")
+    assert done.returncode == 0 and "0 failed check(s) on 1 node(s)" in done.stdout, (done.stdout, done.stderr)
+    assert "allreduce skipped  one node" in done.stdout, done.stdout
+    job_id = re.search(r"^job (\S+): checking", done.stdout, re.M).group(1)
+    profile = json.loads((store / job_id / MANIFEST).read_text())["plan"]["cluster"]
+    assert (profile["mem"], profile["time"], profile["env"]["HPCDL_DOCTOR_MARK"]) == ("16G", "0:10:00", "n2:1.0")

@@ -75,6 +75,14 @@ def test_the_doctor_checks_every_node_of_a_fresh_allocation_and_says_what_to_cha
     healthy = _cli("hpcdl.doctor", "cluster=slurm", "cluster.nodes=2", f"data.root={digits_root}")
     assert "n1 (" in healthy.stdout and "n2 (" in healthy.stdout, healthy.stdout
     assert "0 failed check(s) on 2 node(s)" in healthy.stdout, healthy.stdout
+    assert healthy.stdout.count("allreduce passed   all-reduce bus bandwidth") == 2, healthy.stdout
+    slowed = _cli("hpcdl.doctor", "cluster=slurm", "cluster.nodes=2", f"data.root={digits_root}",
+                  "+cluster.env.HPCDL_PREFLIGHT_SLOW=n2:1.0", "+cluster.preflight_busbw_gbps.cpu=0.05",
+                  "cluster.preflight_allreduce_mb=16", check=False)
+    assert slowed.returncode == 1 and "1 failed check(s) on 2 node(s)" in slowed.stdout, slowed.stdout
+    n2 = slowed.stdout[slowed.stdout.index("n2 ("):]
+    assert "allreduce failed   all-reduce bus bandwidth" in n2 and "the other nodes waited for this one" in n2, n2
+    assert "change: drain the node the others wait for" in n2 and "node n2 is slow" in slowed.stdout, slowed.stdout
     missing = _cli("hpcdl.doctor", "cluster=slurm", "cluster.nodes=2", f"data.root={digits_root}-gone", check=False)
     assert missing.returncode == 1 and "2 failed check(s) on 2 node(s)" in missing.stdout, missing.stdout
     assert missing.stdout.count("change: give data.root a path mounted on every node") == 2, missing.stdout

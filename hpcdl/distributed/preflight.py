@@ -236,17 +236,6 @@ ADVICE = {
 """What to change where a check fails (python -m hpcdl.doctor)."""
 
 
-def node_report(store: str, data_root: Optional[str], gpus_asked: int) -> dict[str, Any]:
-    """This node's checks as python -m hpcdl.doctor gathers them from every rank: node, seconds, checks. The doctor
-    runs as a job of ``store``: the store is probed in that job's own folder."""
-    from hpcdl.distributed.env import node_name
-
-    started = time.monotonic()
-    checks = run_checks(Path(os.environ["HPCDL_JOB_FOLDER"]), data_root, gpus_asked)
-    return {"node": node_name(), "seconds": round(time.monotonic() - started, 2),
-            "checks": [asdict(c) for c in checks]}
-
-
 def failure_words(node: str, checks: list[Check]) -> str:
     """'node n2 failed preflight: data (the data root /x is missing on this node)'."""
     failed = [f"{c.name} ({c.detail})" for c in checks if c.failed]
