@@ -13,12 +13,15 @@ the median and the spread (min-max) of the repetitions are reported.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
+import sys
 import tempfile
 import time
 from multiprocessing import Pool
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -94,6 +97,17 @@ def data_path_alone(store: AugmentedImageDatastore, args: argparse.Namespace) ->
     return (args.epochs - 1) * args.images / (time.perf_counter() - begin), 0.0
 
 
+def under_switch_interval(interval: float, run: Callable[[bool], tuple[float, float]],
+                          compiled: bool) -> tuple[float, float]:
+    """``run(compiled)`` with Python's thread switch interval set to ``interval`` seconds, restored after."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(interval)
+    try:
+        return run(compiled)
+    finally:
+        sys.setswitchinterval(before)
+
+
 def torchvision_run(root: Path, args: argparse.Namespace, compiled: bool) -> tuple[float, float]:
     """ImageFolder + DataLoader as its documentation shows, shipping uint8 (as hpcdl), a plain loop."""
     from torchvision import datasets, transforms
@@ -137,10 +151,11 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/jpeg_resnet50_h200")
     parser.add_argument("--switch-interval", type=float, default=None,
                         help="sys.setswitchinterval for the whole run (Python's default 0.005 s)")
+    parser.add_argument("--gpu-decode-switch-intervals", type=float, nargs="*", default=[],
+                        help="also run hpcdl-gpu-decode under each of these sys.setswitchinterval values, "
+                             "alternating with the other variants (variant hpcdl-gpu-decode-si<value>)")
     args = parser.parse_args()
     if args.switch_interval is not None:
-        import sys
-
         sys.setswitchinterval(args.switch_interval)
     if args.images % args.batch:
         parser.error("--images must be a multiple of --batch (a partial batch recompiles)")
@@ -161,6 +176,10 @@ def main() -> None:
             "torchvision": lambda c: torchvision_run(root, args, c),
             "gpu-data-path-alone": lambda c: data_path_alone(store, args),
         }
+        for interval in args.gpu_decode_switch_intervals:
+            runs[f"hpcdl-gpu-decode-si{interval:g}"] = functools.partial(under_switch_interval, interval,
+                                                                       runs["hpcdl-gpu-decode"])
+            args.variants.append(f"hpcdl-gpu-decode-si{interval:g}")
         for mode in args.modes:
             figures[mode] = {name: [] for name in args.variants}
             for repeat in range(args.repeats):
