@@ -62,6 +62,15 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+def keep_screenshot(image: Path, name: str) -> None:
+    """Copy a screenshot a test took to $HPCDL_TEST_SCREENS/NAME, where a run asks for them (it stays in the
+    test's own folder otherwise)."""
+    folder = os.environ.get("HPCDL_TEST_SCREENS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        shutil.copy(image, Path(folder) / name)
+
+
 def job_folders(root: Path) -> list[str]:
     """The job folders in a store (none when the store was never created; hidden ones, like the index, left out)."""
     return sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) if root.is_dir() else []

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +14,7 @@ import pytest
 
 from hpcdl.lifecycle.job import Job
 from tests.browser import CHROMIUM, Browser
-
-SCREENS = Path("/work/wt/view.screens")
+from tests.conftest import keep_screenshot
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None and not os.environ.get("HPCDL_REQUIRE_SLURM"),
                                 reason="chromium is not installed (tests/run-all.sh installs it, and fails here "
@@ -102,8 +100,7 @@ def test_the_sweep_page_sorts_and_filters_by_clicks_and_links_every_trial(sweep:
     finally:
         browser.close()
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    SCREENS.mkdir(exist_ok=True)
-    shutil.copy(shot, SCREENS / "sweep-page.png")
+    keep_screenshot(shot, "sweep-page.png")
 
     command = _jobs("tensorboard", sweep)
     assert command.returncode == 0, command.stderr

@@ -3,7 +3,6 @@ read back with TensorBoard's own EventAccumulator."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +13,7 @@ from PIL import Image
 import hpcdl
 from hpcdl.view.progress_plot import (EPOCH_COLOR, LOSS_COLOR, PANEL_FACE, RAW_ALPHA, RunFacts, smoothed,
                                       write_progress_plot)
-
-SCREENS = Path("/work/wt/view.screens")
+from tests.conftest import keep_screenshot
 
 
 def _rgb(color: str) -> np.ndarray:
@@ -83,8 +81,7 @@ def test_progress_plot_has_a_panel_per_metric_smoothed_over_faint_raw_and_a_line
     loss = _rgb(LOSS_COLOR)
     faint = RAW_ALPHA * loss + (1 - RAW_ALPHA) * _rgb(PANEL_FACE)
     assert color_count(pixels, loss) > 100 and color_count(pixels, faint) > 50  # smoothed drawn, raw behind it
-    SCREENS.mkdir(exist_ok=True)
-    shutil.copy(trained / "training-progress.png", SCREENS / "training-progress.png")
+    keep_screenshot(trained / "training-progress.png", "training-progress.png")
 
 
 def test_smoothing_differs_from_the_raw_curve_and_follows_its_level() -> None:
