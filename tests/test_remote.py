@@ -100,6 +100,40 @@ def test_a_script_submitted_through_the_login_node_runs_there_and_its_results_co
     assert sockets.stat().st_mode & 0o777 == 0o700 and len(list(sockets.iterdir())) == 1  # one master, reused
 
 
+def test_a_remote_fetch_never_writes_into_what_another_user_planted_where_it_points(
+        client: dict[str, Path], sshd: Server, tmp_path: Path) -> None:
+    """As the local fetch (tests/test_store_security.py): --to a planted link, another user's folder, or a shared
+    folder of ours holding another user's file under a result's name is never written through."""
+    job = submitted(cli("hpcdl.submit", "cluster=site", "script=job.py", "wait=true"))
+    shared = tmp_path / "shared"  # a folder every user may write, as /tmp
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    os.chmod(tmp_path, 0o755)
+    home = tmp_path / "private"
+    home.mkdir()
+    (shared / "mine").symlink_to(home)
+    theirs = shared / "theirs"
+    theirs.mkdir(mode=0o777)
+    (shared / "results").mkdir()
+    planted = shared / "results" / "who.txt"
+    planted.write_text("")
+    os.chmod(planted, 0o666)
+    for path in (shared / "mine", theirs, shared / "results", planted):
+        os.chown(path, sshd.uid, sshd.uid, follow_symlinks=False)  # the second account's
+    fetched = cli("hpcdl.jobs", "fetch", job, "--to", str(shared / "mine"))
+    assert fetched.returncode == 1 and f"{shared / 'mine'}: is a symbolic link" in fetched.stderr, fetched.stderr
+    fetched = cli("hpcdl.jobs", "fetch", job, "--to", str(theirs))
+    assert fetched.returncode == 1 and f"{theirs}: is owned by uid {sshd.uid}, not by you" in fetched.stderr
+    fetched = cli("hpcdl.jobs", "fetch", job, "--to", str(shared))
+    assert fetched.returncode == 1 and f"{shared / 'results'}: is owned by uid {sshd.uid}" in fetched.stderr
+    assert list(home.iterdir()) == [] and list(theirs.iterdir()) == [] and planted.read_text() == ""
+    assert not list(shared.glob(".*.partial-*")) and not list(tmp_path.glob(".*.partial-*"))
+    fresh = shared / "new"
+    fetched = cli("hpcdl.jobs", "fetch", job, "--to", str(fresh))
+    assert fetched.returncode == 0, fetched.stderr
+    assert fresh.stat().st_mode & 0o777 == 0o700 and (fresh / "results" / "who.txt").read_text() == str(sshd.uid)
+
+
 def test_the_doctor_of_a_remote_profile_runs_on_its_login_node(client: dict[str, Path]) -> None:
     done = cli("hpcdl.doctor", "cluster=site", "--timeout", "120", timeout=180)
     assert done.returncode == 0, (done.stdout, done.stderr)
