@@ -22,6 +22,10 @@ from hpcdl.errors import ConfigError
 
 KINDS = ("train", "function", "entry", "script")
 DEVICES = ("cpu", "gpu", "auto")
+HANG_SHARE_OF_COLLECTIVE = 0.8
+"""The built-in trainer's hang limit as a share of its collective timeout (JobPlan.hang_limit_s)."""
+HANG_MARGIN_S = 20
+"""...and at least this many seconds under it: a tick of the watcher and its wait for the stacks (10 s)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,17 @@ class JobPlan:
         """What the ranks of a training job share out, as resolved here: what they run."""
         return RankShares(self.worker_loads, self.global_batch, self.learn_rate,
                           float(self.cluster.collective_timeout_s))
+
+    @property
+    def hang_limit_s(self) -> int:
+        """Seconds a rank may make no step before it is taken for hung (0: not watched): cluster.hang_timeout_s,
+        and for the built-in trainer, whose collectives fail after collective_timeout_s, at most
+        HANG_SHARE_OF_COLLECTIVE of that and HANG_MARGIN_S under it: the ranks' stacks are taken before the
+        collective's own timeout ends the job with the waiting ranks' errors alone."""
+        limit, collective = self.cluster.hang_timeout_s, self.cluster.collective_timeout_s
+        if limit and self.kind == "train":
+            limit = min(limit, max(5, min(int(HANG_SHARE_OF_COLLECTIVE * collective), collective - HANG_MARGIN_S)))
+        return limit
 
     @property
     def time_limit_minutes(self) -> int:

@@ -249,10 +249,10 @@ def run_job(folder: str) -> None:
     if plan.world_size > 1 and plan.cluster.heartbeat_timeout_s:
         heartbeat.start(path, global_rank(), plan.world_size, plan.lead_rank, plan.cluster.heartbeat_timeout_s,
                         plan.cluster.heartbeat_startup_s, backend)
-        if lead and plan.cluster.hang_timeout_s:
-            hangs.start(path, plan.world_size, global_rank(), heartbeat.run_token(), plan.cluster.hang_timeout_s,
+        if lead and plan.hang_limit_s:
+            hangs.start(path, plan.world_size, global_rank(), heartbeat.run_token(), plan.hang_limit_s,
                         plan.cluster.hang_startup_s if plan.kind == "train" else None,
-                        heartbeat.interval_for(plan.cluster.hang_timeout_s), backend)
+                        heartbeat.interval_for(plan.hang_limit_s), backend)
     stacks.serve(path, global_rank())
     pace.start(path, global_rank(), heartbeat.run_token(), plan.cluster.straggler_window_s)
     try:

@@ -52,6 +52,24 @@ def steps_forever(config):
 def nap_before_all_reduce():
     print(f"fault at {time.time()}", flush=True)
     time.sleep(float(os.environ.get("FAULT_NAP_S", "0")))
+
+
+class NappingNet(torch.nn.Module):
+    """A network for the built-in trainer whose rank 2 naps in its 5th training forward pass, before the
+    gradient exchange its peers wait in."""
+
+    def __init__(self, in_channels, num_classes, image_size):
+        super().__init__()
+        inputs = in_channels * image_size[0] * image_size[1]
+        self.body = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(inputs, num_classes))
+        self.calls = 0
+
+    def forward(self, x):
+        if self.training:
+            self.calls += 1
+            if os.environ.get("RANK") == "2" and self.calls == 5:
+                nap_before_all_reduce()
+        return self.body(x)
 '''
 
 SCRIPT = '''

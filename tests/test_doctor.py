@@ -130,6 +130,28 @@ def test_a_rank_sleeping_before_an_all_reduce_is_named_with_its_stack(store: Pat
     print(f"hang: the verdict and the job's end {ended_s:.1f} s after the nap began (hang_timeout_s=5)")
 
 
+def test_a_built_in_training_rank_that_hangs_is_diagnosed_before_the_collective_timeout_with_the_defaults(
+        store: Path, tmp_path: Path, digits_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """hang_timeout_s left at its default (1800 s): the built-in trainer's hang limit is 80% of the collective
+    timeout and 20 s under it, so the stacks are taken and the napping rank named before its peers' all-reduce
+    times out (which would leave only their timeouts, victims all). The validation after each iteration is no
+    hang."""
+    monkeypatch.setenv("FAULT_NAP_S", "600")
+    user = write_faults(tmp_path / "user")
+    job_id = submit(user, "training.execution_environment=parallel", *FAST, "cluster.collective_timeout_s=60",
+                    "model._target_=faults.NappingNet", f"data.root={digits_root}", "training.max_epochs=50",
+                    "training.validation_frequency=1", "cluster.export=[FAULT_NAP_S]")
+    folder = store / job_id
+    wait_for(lambda: heartbeat_of(folder, 2).get("steps", 0) >= 4, 180, "rank 2 reached its nap")
+    napping = time.time()
+    why, ended_s = verdict_after(user, folder, job_id, napping)
+    root = root_line(why)
+    assert root.startswith(f"root cause: rank 2 on {HOST} (pid ") and "Hang: not in the collective" in root, why
+    assert "in nap_before_all_reduce" in why and "OUTLIER rank 2" in why, why
+    assert ended_s < 55, (ended_s, why)  # 40 s without a step, a tick, the stacks: before the 60 s timeout
+    print(f"trainer hang: the verdict and the job's end {ended_s:.1f} s after the nap began (collective 60 s)")
+
+
 def test_jobs_stacks_gives_a_running_jobs_stacks_on_demand(store: Path, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAULT_NAP_S", "600")

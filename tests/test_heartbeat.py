@@ -95,3 +95,35 @@ def test_a_stopped_rank_fails_the_job_fast_naming_it_and_resume_goes_on(store: P
 def test_heartbeat_settings_are_checked_before_submission(store: Path, option: str) -> None:
     refused = _cli("hpcdl.submit", option)
     assert refused.returncode == 2 and "heartbeat" in refused.stderr and not store.exists(), refused.stderr
+
+
+def test_the_hang_watcher_leaves_a_validation_or_checkpoint_out_of_a_ranks_time_without_a_step(
+        tmp_path: Path) -> None:
+    from hpcdl.distributed.hangs import HangWatcher
+
+    watcher = HangWatcher(tmp_path, 2, 0, "this", timeout_s=0.4, startup_s=None, runs=backend_for("local"))
+    _beat(tmp_path, 0, steps=3, stepping=True, pauses=0)
+    _beat(tmp_path, 1, steps=3, stepping=True, pauses=0)
+    assert watcher.stalled_rank() is None
+    _beat(tmp_path, 1, steps=3, stepping=False, pauses=0)  # validating: told while it lasts
+    time.sleep(0.5)
+    rank, steps, stalled = watcher.stalled_rank()
+    assert (rank, steps) == (0, 3) and stalled > 0.4  # rank 0 made no step and no pause: hung
+    _beat(tmp_path, 0, steps=3, stepping=True, pauses=1)  # a checkpoint that ended between two looks
+    _beat(tmp_path, 1, steps=3, stepping=True, pauses=1)  # back to steps after the validation
+    assert watcher.stalled_rank() is None
+    time.sleep(0.5)
+    assert watcher.stalled_rank()[0] == 0  # no step since either: counted from the pause's end
+
+
+def test_the_built_in_trainers_hang_limit_stays_under_its_collective_timeout() -> None:
+    from hpcdl.config import ClusterConfig
+    from hpcdl.plan import JobPlan
+
+    def limit(kind: str, **cluster: int) -> int:
+        return JobPlan(kind=kind, name="x", cluster=ClusterConfig(**cluster)).hang_limit_s
+
+    assert limit("train") == 240  # defaults: hang 1800 s, collective 300 s
+    assert limit("train", collective_timeout_s=60) == 40 and limit("train", collective_timeout_s=10) == 5
+    assert limit("train", hang_timeout_s=30) == 30 and limit("train", hang_timeout_s=0) == 0
+    assert limit("script") == limit("entry") == 1800  # your own code's collectives have their own timeouts

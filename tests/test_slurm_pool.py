@@ -186,7 +186,7 @@ def test_the_holder_goes_on_when_a_submission_claims_the_pool_as_it_announces_it
         mark, touched = shlex.quote(str(folder / "last-used")), shlex.quote(str(tmp_path / "touched"))
         trap = (f"""if [[ $BASH_COMMAND == *'!= "$mark"'* && ! -e {touched} ]]; then """
                 f"""[ -e {shlex.quote(str(folder / "releasing"))} ] && touch {mark} && : > {touched}; fi""")
-        done = subprocess.run(["bash", "-c", f"trap {shlex.quote(trap)} DEBUG; . {shlex.quote(str(script))}"],
+        done = subprocess.run(["bash", "-c", f"set -T; trap {shlex.quote(trap)} DEBUG; . {shlex.quote(str(script))}"],
                               env={**os.environ, "SLURM_JOB_ID": held}, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         claimed_at = (folder / "last-used").stat().st_mtime

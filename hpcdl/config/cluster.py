@@ -126,7 +126,9 @@ class ClusterConfig:
     hang_timeout_s: int = 1800
     """A rank of a multi-rank job that reports no step this long while it still heartbeats is hung: every rank's
     Python stack is written to the job folder (jobs why shows the rank the others wait for) and the job fails;
-    0: off, else >= 5 (needs heartbeats)."""
+    for the built-in trainer at most 80% of collective_timeout_s (and 20 s under it), so that a hang is diagnosed before the
+    collective's own timeout ends the job (validations and checkpoints are not counted); 0: off, else >= 5
+    (needs heartbeats)."""
     hang_startup_s: int = 3600
     """The same before the first step, for the built-in trainer (user code is watched once it reports a step),
     >= hang_timeout_s."""

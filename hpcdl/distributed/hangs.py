@@ -43,7 +43,7 @@ class HangWatcher:
                  startup_s: Optional[float], runs: JobRuns) -> None:
         self.folder, self.world_size, self.rank, self.token, self.runs = folder, world_size, rank, token, runs
         self.timeout_s, self.startup_s = timeout_s, startup_s
-        self.seen: dict[int, tuple[int, float]] = {}
+        self.seen: dict[int, tuple[tuple[int, int], float]] = {}  # rank: ((steps, pauses ended), since)
 
     def run(self, interval: float) -> None:
         last = time.monotonic()
@@ -51,7 +51,7 @@ class HangWatcher:
             time.sleep(interval)
             now = time.monotonic()
             if now - last > 2 * interval + 1:  # this process was stopped (a suspended job): count afresh
-                self.seen = {rank: (steps, now) for rank, (steps, _) in self.seen.items()}
+                self.seen = {rank: (progress, now) for rank, (progress, _) in self.seen.items()}
             last = now
             hung = self.stalled_rank()
             if hung is not None:
@@ -67,12 +67,13 @@ class HangWatcher:
                 continue
             if not isinstance(beat, dict) or beat.get("run") != self.token or beat.get("done") \
                     or beat.get("stepping") is False:
-                continue  # not started, another run's, returned or past its steps: the heartbeat watcher judges
-                # silence
+                self.seen.pop(rank, None)  # not started, another run's, returned, between or past its steps
+                continue  # (validating, saving): counted afresh once it steps; the heartbeat watcher judges silence
             steps = int(beat.get("steps") or 0)
+            progress = (steps, int(beat.get("pauses") or 0))  # a validation or checkpoint ended: progress too
             known = self.seen.get(rank)
-            if known is None or known[0] != steps:
-                self.seen[rank] = (steps, now)
+            if known is None or known[0] != progress:
+                self.seen[rank] = (progress, now)
                 continue
             limit = self.timeout_s if steps > 0 else self.startup_s
             if limit is not None and now - known[1] > limit:

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from hpcdl.distributed import failures, pace, script_steps
 from hpcdl.distributed.restarts import JobRuns, record_failure
@@ -43,6 +43,7 @@ RUN_TOKEN = "HPCDL_RUN_TOKEN"
 _stepped = threading.Event()
 _steps = [0]
 _stepping = [True]
+_pauses = [0]
 _followed: list[int] = []
 _ticker: Optional["_Ticker"] = None
 
@@ -61,6 +62,19 @@ def steps_ended() -> None:
     and saving): the hang watcher stops expecting them of it."""
     _stepping[0] = False
     script_steps.note(script_steps.ENDED)
+
+
+@contextlib.contextmanager
+def between_steps() -> Iterator[None]:
+    """A stretch of the run without steps (a validation, a checkpoint): the hang watcher leaves it out of a
+    rank's time without a step (it is told while the stretch lasts, and counts its end as progress)."""
+    was = _stepping[0]
+    _stepping[0] = False
+    try:
+        yield
+    finally:
+        _stepping[0] = was
+        _pauses[0] += 1
 
 
 def follow(pid: int) -> None:
@@ -125,7 +139,7 @@ class _Ticker:
                 record = {"rank": self.rank, "host": self.host, "pid": self.pid, "run": self.token,
                           # a followed script's state is read exactly: no long allowance for its start
                           "ticks": self.ticks, "stepped": _stepped.is_set() or bool(_followed), "steps": _steps[0],
-                          "stepping": _stepping[0], "done": done}
+                          "stepping": _stepping[0], "pauses": _pauses[0], "done": done}
                 try:
                     atomic_write_text(self.path, json.dumps(record))
                 except (OSError, HpcdlError):  # a full or vanished store: the watchers judge the silence

@@ -165,8 +165,9 @@ class Validation:
 
     def __call__(self, epoch: int, state: RunState) -> dict[str, Any]:
         """Validate now; the result counts toward the best validation of ``state``."""
-        totals = evaluate_totals(self.step.forward, self.data, self.indices, self.options, self.device,
-                                 self.memory_format)
+        with heartbeat.between_steps():
+            totals = evaluate_totals(self.step.forward, self.data, self.indices, self.options, self.device,
+                                     self.memory_format)
         result = {"epoch": epoch, "iteration": state.iteration,
                   **validation_record(self.step.context.all_sum(totals), self.options)}
         state.best.note(result["loss"], self.step.model)
@@ -217,15 +218,16 @@ def run_epochs(step: Step, loader: BatchLoader, validation: Validation, progress
 def checkpoint(step: Step, state: RunState, progress: Progress, settings: RunSettings,
                clock: CheckpointClock) -> None:
     """Flush the records (every rank), then let the lead worker save the run."""
-    progress.flush()
-    if step.context.lead:
-        device = next(step.model.parameters()).device
-        start = time.perf_counter()
-        save_run(settings.checkpoint_path, state, progress.elapsed(), step.model, step.optimizer, step.scaler,
-                 device, progress.info, step.options.checkpoint_keep)
-        progress.info.checkpoint_s = round(time.perf_counter() - start, 3)
-        pace.aside(progress.info.checkpoint_s)
-        warn_if_signal_too_late(progress.info.checkpoint_s)
+    with heartbeat.between_steps():
+        progress.flush()
+        if step.context.lead:
+            device = next(step.model.parameters()).device
+            start = time.perf_counter()
+            save_run(settings.checkpoint_path, state, progress.elapsed(), step.model, step.optimizer, step.scaler,
+                     device, progress.info, step.options.checkpoint_keep)
+            progress.info.checkpoint_s = round(time.perf_counter() - start, 3)
+            pace.aside(progress.info.checkpoint_s)
+            warn_if_signal_too_late(progress.info.checkpoint_s)
     clock.saved()
 
 
