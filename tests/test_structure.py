@@ -254,3 +254,19 @@ def test_the_exceptions_outside_cluster_are_still_needed() -> None:
                  for node in [node.left, *node.comparators] if isinstance(node, ast.Constant)]
         assert (any(value in SCHEDULER_COMMANDS or SCHEDULER_VARIABLE.search(value) for value in values)
                 or any(name in BACKEND_NAMES for name in names)), f"{place} no longer needs its exception"
+
+
+def test_the_readmes_layout_names_every_unit_and_every_module_of_the_backends_and_the_lifecycle() -> None:
+    """A newcomer finds each room in the README's Layout: every top-level module and package of hpcdl, and each
+    module of cluster/ and lifecycle/ (where a backend or a login-node command is added)."""
+    readme = (PACKAGE.parent / "README.md").read_text()
+    layout = readme[readme.index("\n## Layout\n"):]
+    layout = layout[:layout.find("\n## ", 1)] if "\n## " in layout[1:] else layout
+    units = [p for p in PACKAGE.iterdir() if not p.name.startswith("_") and p.name != "conf"
+             and (p.suffix == ".py" or (p / "__init__.py").exists())]
+    missing = [f"hpcdl/{p.name}" + ("" if p.suffix else "/") for p in units
+               if (f"`hpcdl/{p.name}`" if p.suffix else f"`hpcdl/{p.name}/`") not in layout]
+    for package in ("cluster", "lifecycle"):
+        missing += [f"hpcdl/{package}/{p.name}" for p in (PACKAGE / package).glob("[!_]*.py")
+                    if f"{p.name}`" not in layout]
+    assert not missing, f"README's Layout names none of: {', '.join(sorted(missing))}"
