@@ -205,6 +205,22 @@ def test_every_job_folder_file_name_is_defined_in_files_py() -> None:
                       and (value in names or FILE_NAME.search(value) is not None)) == []
 
 
+PATH_JOINS_ELSEWHERE = {"hpcdl/agent.py": "the agent's own transfer folder (work / 'code'), not a job folder's"}
+"""Files that join a path with a name files.py defines for something else."""
+
+
+def test_no_path_is_joined_with_a_job_folder_name_written_out() -> None:
+    """``folder / "slurm"``: a literal joined onto a path is a job-folder name however ordinary the word (the
+    literal check above leaves ordinary words alone)."""
+    names = {name for name in _defined(FILES, alone=True) if re.fullmatch(r"[\w.-]+", name)} | {".hydra"}
+    joined = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.right.value!r}"
+              for path in sorted(PACKAGE.rglob("*.py")) if path != FILES
+              and str(path.relative_to(PACKAGE.parent)) not in PATH_JOINS_ELSEWHERE
+              for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.BinOp)
+              and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant) and node.right.value in names]
+    assert joined == []
+
+
 def test_every_state_name_is_defined_in_states_py() -> None:
     names = {name for name in _defined(STATES, alone=False) if re.fullmatch(r"[A-Z][A-Z_]{3,}", name)}
     assert names >= {"SUBMITTING", "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "DAMAGED"}

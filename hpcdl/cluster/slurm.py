@@ -31,7 +31,7 @@ from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.plan import JobPlan
 from hpcdl.store.badnodes import remembered
 from hpcdl.store.atomic import atomic_write_text
-from hpcdl.store.files import LOGS, MANIFEST, STEP_LOG, stream_log
+from hpcdl.store.files import LOGS, MANIFEST, SLURM_FILES, STEP_LOG, stream_log
 from hpcdl.store.folders import JobRecord, read_json
 from hpcdl.store.states import NODE_FAIL, PENDING, STOPPED
 from hpcdl.store.sweeps import runs_under_runner
@@ -143,7 +143,7 @@ def sbatch_script(plan: JobPlan, folder: Path, exclude: Sequence[str] = ()) -> s
     ``exclude``: nodes left out."""
     from submitit.slurm.slurm import _make_sbatch_string
 
-    logs = folder / "slurm"
+    logs = folder / SLURM_FILES
     command = " ".join([_python(plan), "-u -m submitit.core._submit", shlex.quote(str(logs))])
     return _stop_signal_forwarded(_make_sbatch_string(command=command, folder=logs, **sbatch_parameters(plan, exclude)))
 
@@ -178,16 +178,16 @@ def array_script(tasks: list[list[tuple[JobPlan, Path]]], sweep: Path, paralleli
                             shlex.quote(str(sweep)), f'"${{points[@]:$first:{points_per_task}}}"'])]
     else:
         lines.append(f'folder={shlex.quote(str(root))}/"${{points[$SLURM_ARRAY_TASK_ID]}}"')
-        log = '"$folder/slurm/${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}'
+        log = f'"$folder/{SLURM_FILES}/${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}'
         worker = f'{_python(plan)} -u -m {WORKER} "$folder"'
         if plan.mpi:
             lines.append(f'{worker} >> {log}_0_log.out" 2>> {log}_0_log.err"')
         else:
-            lines.append(f'srun --unbuffered --open-mode=append --output "$folder/slurm/%A_%a_%t_log.out" '
-                         f'--error "$folder/slurm/%A_%a_%t_log.err" --kill-on-bad-exit=1 {worker}')
+            lines.append(f'srun --unbuffered --open-mode=append --output "$folder/{SLURM_FILES}/%A_%a_%t_log.out" '
+                         f'--error "$folder/{SLURM_FILES}/%A_%a_%t_log.err" --kill-on-bad-exit=1 {worker}')
     parameters = {**sbatch_parameters(plan, exclude), "use_srun": False, "srun_args": None,
                   "job_name": f"{plan.name}-sweep"}
-    return _stop_signal_forwarded(_make_sbatch_string(command="\n".join(lines), folder=sweep / "slurm",
+    return _stop_signal_forwarded(_make_sbatch_string(command="\n".join(lines), folder=sweep / SLURM_FILES,
                                                       map_count=len(tasks),
                                                       array_parallelism=parallelism or len(tasks), **parameters))
 
@@ -309,7 +309,7 @@ class SlurmBackend:
         if plan.cluster.pool is not None:
             return submit_step(plan, folder, read_json(folder / MANIFEST)["pool"]["name"])
         left_out = sorted(self.left_out(folder.parent))
-        executor = _executor_class()(sbatch_script(plan, folder, left_out), folder=folder / "slurm",
+        executor = _executor_class()(sbatch_script(plan, folder, left_out), folder=folder / SLURM_FILES,
                                    python=_python(plan), max_num_timeout=0)
         executor.update_parameters(**sbatch_parameters(plan, left_out))
         try:
@@ -344,10 +344,10 @@ class SlurmBackend:
                 tasks = [members[i:i + points_per_task] for i in range(0, len(members), points_per_task)]
                 if points_per_task == 1:  # the ranks log into the point's folder
                     for _, folder in members:
-                        (folder / "slurm").mkdir(mode=0o700, exist_ok=True)
+                        (folder / SLURM_FILES).mkdir(mode=0o700, exist_ok=True)
                 for first in range(0, len(tasks), limit):
                     chunk = tasks[first:first + limit]
-                    script = sweep / "slurm" / f"array-{len(list((sweep / 'slurm').glob('array-*.sh')))}.sh"
+                    script = sweep / SLURM_FILES / f"array-{len(list((sweep / SLURM_FILES).glob('array-*.sh')))}.sh"
                     script.parent.mkdir(mode=0o700, exist_ok=True)
                     atomic_write_text(script, array_script(chunk, sweep, parallelism, points_per_task, left_out))
                     array_id = run_command(["sbatch", "--parsable", str(script)]).strip().split(";")[0]
@@ -417,8 +417,8 @@ class SlurmBackend:
             return record.folder / LOGS / stream_log(stream)
         suffix = "out" if stream == "stdout" else "err"
         if pool_job(record):
-            return record.folder / "slurm" / STEP_LOG.format(rank=rank, suffix=suffix)
-        return record.folder / "slurm" / f"{record.backend_id}_{rank}_log.{suffix}"
+            return record.folder / SLURM_FILES / STEP_LOG.format(rank=rank, suffix=suffix)
+        return record.folder / SLURM_FILES / f"{record.backend_id}_{rank}_log.{suffix}"
 
     def display_id(self, record: JobRecord) -> str:
         """Slurm's job id (a sweep's: its array ids; a pool's job: the held job's, and the pool's name)."""

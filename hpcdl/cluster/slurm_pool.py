@@ -30,7 +30,8 @@ from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.host import is_running, process_id
 from hpcdl.plan import JobPlan
 from hpcdl.store.atomic import atomic_write_text
-from hpcdl.store.files import POOL_LOG, POOL_RELEASED, POOL_RELEASING, POOL_SCRIPT, POOL_USED, STEP_LOG
+from hpcdl.store.files import (POOL_LOG, POOL_RELEASED, POOL_RELEASING, POOL_SCRIPT, POOL_USED, SLURM_FILES,
+                               STEP_LOG)
 from hpcdl.store.folders import JobRecord
 from hpcdl.store.states import PENDING, RUNNING
 from hpcdl.train.stopping import STOP_SIGNAL
@@ -156,7 +157,7 @@ def stop(held: str) -> None:
 def step_command(plan: JobPlan, folder: Path) -> list[str]:
     """The srun command of a job run as a step of its pool's held job (``plan.cluster.pool``: the held id)."""
     profile = plan.cluster
-    logs = folder / "slurm"
+    logs = folder / SLURM_FILES
     options = {"jobid": profile.pool, "job-name": folder.name, "nodes": profile.nodes,
                "ntasks": profile.nodes * profile.tasks_per_node, "ntasks-per-node": profile.tasks_per_node,
                "cpus-per-task": profile.cpus_per_task, "gpus-per-node": profile.gpus_per_node or None,
@@ -181,7 +182,7 @@ def step_environment(plan: JobPlan) -> dict[str, str]:
 
 def submit_step(plan: JobPlan, folder: Path, pool_name: str) -> str:
     """Start the job as a step of its pool, detached (it outlives this process); returns 'HELD/POOL/SRUN'."""
-    logs = folder / "slurm"
+    logs = folder / SLURM_FILES
     logs.mkdir(mode=0o700, exist_ok=True)
     srun = shutil.which("srun")
     if srun is None:

@@ -87,6 +87,12 @@ HYDRA_TASK = "hydra-task-{num}.pkl"
 """In a sweep's folder: the Hydra context and task function its points from ``num`` on run (hpcdl.sweep.launch)."""
 FUNCTION = "function.pkl"
 """hpcdl.batch: the pickled (fn, args, kwargs)."""
+SLURM_FILES = "slurm"
+"""In a Slurm job's or sweep's folder: its sbatch or array scripts, submitit's pickles and each task's logs
+(%A_%a_%t_log.out); in a pool's folder, its holder's log."""
+HYDRA_RECORD = ".hydra"
+"""In a sweep point's folder: Hydra's record of the point (config.yaml, hydra.yaml, overrides.yaml), as Hydra's
+own launchers write it."""
 CODE = "code"
 """The snapshot of the submitting folder's code that the ranks run from."""
 RESULTS_DIR = "results"

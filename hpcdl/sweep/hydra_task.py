@@ -27,6 +27,7 @@ def run_point(sweep_id: str, shared: str, point: Any, submit_cwd: str) -> Any:
 
     from hpcdl.reporting import save_result
     from hpcdl.store.atomic import atomic_write_text, make_folder
+    from hpcdl.store.files import HYDRA_RECORD
     from hpcdl.store.safety import check_job_key, load_pickle
     from hpcdl.sweep.points import PlainPoint, hydra_files, rebuild
 
@@ -37,7 +38,7 @@ def run_point(sweep_id: str, shared: str, point: Any, submit_cwd: str) -> Any:
     setup_globals()
     os.chdir(submit_cwd)
     sweep_config = rebuild(bases, point, hydra_context.config_loader) if isinstance(point, PlainPoint) else point
-    record = make_folder(folder / ".hydra")
+    record = make_folder(folder / HYDRA_RECORD)
     for name, text in hydra_files(sweep_config).items():
         atomic_write_text(record / name, text)
     returned = run_job(hydra_context=hydra_context, task_function=task_function, config=sweep_config,

@@ -21,16 +21,13 @@ from hpcdl.errors import ConfigError, SubmissionError
 from hpcdl.plan import JobPlan
 from hpcdl.snapshot import take_snapshot
 from hpcdl.store.atomic import atomic_write_text, sync_filesystem, write_unsynced
-from hpcdl.store.files import FUNCTION, MANIFEST
+from hpcdl.store.files import CANCELLED_MARK, FUNCTION, HYDRA_RECORD, MANIFEST, MULTIRUN
 from hpcdl.store.folders import (JobRecord, new_job_folder, new_named_folder, remember_root, remove_job_folder,
                                  store_root, write_json)
-from hpcdl.store.files import CANCELLED_MARK, MULTIRUN
 from hpcdl.store.sweeps import SUBMITTING_MARK, SWEEP
 from hpcdl.lifecycle.pools import on_pool
 from hpcdl.lifecycle.submission import job_manifest, left_out, pool_note, runs_user_code
 from hpcdl.store.pools import PoolRecord, note_use
-
-HYDRA_FOLDER = ".hydra"
 
 
 @dataclass(frozen=True)
@@ -240,6 +237,6 @@ def _write_point_files(folder: Path, point: SweepPoint) -> None:
 
         write_unsynced(folder / FUNCTION, cloudpickle.dumps(point.payload))
     if point.hydra_files:
-        (folder / HYDRA_FOLDER).mkdir(mode=0o700)
+        (folder / HYDRA_RECORD).mkdir(mode=0o700)
         for name, text in point.hydra_files.items():
-            write_unsynced(folder / HYDRA_FOLDER / name, text.encode())
+            write_unsynced(folder / HYDRA_RECORD / name, text.encode())
