@@ -55,8 +55,8 @@ def nap_before_all_reduce():
 
 
 class NappingNet(torch.nn.Module):
-    """A network for the built-in trainer whose rank 2 naps in its 5th training forward pass, before the
-    gradient exchange its peers wait in."""
+    """A network for the built-in trainer whose rank $FAULT_RANK (2) naps in its 5th training forward pass,
+    before the gradient exchange its peers wait in."""
 
     def __init__(self, in_channels, num_classes, image_size):
         super().__init__()
@@ -67,7 +67,7 @@ class NappingNet(torch.nn.Module):
     def forward(self, x):
         if self.training:
             self.calls += 1
-            if os.environ.get("RANK") == "2" and self.calls == 5:
+            if os.environ.get("RANK") == os.environ.get("FAULT_RANK", "2") and self.calls == 5:
                 nap_before_all_reduce()
         return self.body(x)
 '''

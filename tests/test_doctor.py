@@ -133,21 +133,25 @@ def test_a_rank_sleeping_before_an_all_reduce_is_named_with_its_stack(store: Pat
 def test_a_built_in_training_rank_that_hangs_is_diagnosed_before_the_collective_timeout_with_the_defaults(
         store: Path, tmp_path: Path, digits_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """hang_timeout_s left at its default (1800 s): the built-in trainer's hang limit is 80% of the collective
-    timeout and 20 s under it, so the stacks are taken and the napping rank named before its peers' all-reduce
-    times out (which would leave only their timeouts, victims all). The validation after each iteration is no
-    hang."""
+    timeout and 20 s under it, so the stacks are taken and the napping rank named before its peer's all-reduce
+    times out (which would leave only its timeout, a victim). Two ranks, the lead napping: the verdict comes
+    from where the other waits (DDP's gradient all-reduce), not from which group is bigger. The validation
+    after each iteration is no hang."""
     monkeypatch.setenv("FAULT_NAP_S", "600")
+    monkeypatch.setenv("FAULT_RANK", "0")
     user = write_faults(tmp_path / "user")
-    job_id = submit(user, "training.execution_environment=parallel", *FAST, "cluster.collective_timeout_s=60",
+    job_id = submit(user, "training.execution_environment=parallel", "cluster.tasks_per_node=2",
+                    "cluster.heartbeat_timeout_s=5", "cluster.time=00:05:00", "cluster.collective_timeout_s=60",
                     "model._target_=faults.NappingNet", f"data.root={digits_root}", "training.max_epochs=50",
-                    "training.validation_frequency=1", "cluster.export=[FAULT_NAP_S]")
+                    "training.validation_frequency=1", "cluster.export=[FAULT_NAP_S,FAULT_RANK]")
     folder = store / job_id
-    wait_for(lambda: heartbeat_of(folder, 2).get("steps", 0) >= 4, 180, "rank 2 reached its nap")
+    wait_for(lambda: heartbeat_of(folder, 0).get("steps", 0) >= 4, 180, "rank 0 reached its nap")
     napping = time.time()
     why, ended_s = verdict_after(user, folder, job_id, napping)
     root = root_line(why)
-    assert root.startswith(f"root cause: rank 2 on {HOST} (pid ") and "Hang: not in the collective" in root, why
-    assert "in nap_before_all_reduce" in why and "OUTLIER rank 2" in why, why
+    assert root.startswith(f"root cause: rank 0 on {HOST} (pid ") and "Hang: not in the collective" in root, why
+    assert "in nap_before_all_reduce" in why and "OUTLIER rank 0" in why, why
+    assert "rank 1: waiting in backward (DDP's gradient all-reduce)" in why, why
     assert ended_s < 55, (ended_s, why)  # 40 s without a step, a tick, the stacks: before the 60 s timeout
     print(f"trainer hang: the verdict and the job's end {ended_s:.1f} s after the nap began (collective 60 s)")
 
