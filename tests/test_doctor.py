@@ -8,13 +8,15 @@ import re
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from hpcdl.distributed import failures, stacks
-from hpcdl.lifecycle.diagnosis import launcher_records, missing_ranks
+from hpcdl.lifecycle.diagnosis import judge, launcher_records, missing_ranks
 from hpcdl.store.files import FAILURE, FAILURES, LOGS, MANIFEST, STACKS
 from tests.faults import cli, heartbeat_of, root_line, submit, verdict_after, wait_for, write_faults
 
@@ -128,6 +130,47 @@ def test_a_rank_sleeping_before_an_all_reduce_is_named_with_its_stack(store: Pat
     assert sorted(p.name for p in (folder / STACKS).glob("rank*.json")) == [f"rank{r}.json" for r in range(4)]
     assert ended_s < 5 + 25, (ended_s, why)  # 5 s without a step, a tick, the stacks, the end
     print(f"hang: the verdict and the job's end {ended_s:.1f} s after the nap began (hang_timeout_s=5)")
+
+
+FLIGHT_RECORDED = """
+import os, sys, time, torch, torch.distributed as dist
+from torch._C._distributed_c10d import _dump_fr_trace
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[2]}", rank=rank, world_size=2)
+for _ in range(2):
+    dist.all_reduce(torch.ones(4))
+if rank == 0:  # enters a third all-reduce that rank 1 never joins
+    dist.all_reduce(torch.ones(4), async_op=True)
+    time.sleep(0.5)
+with open(sys.argv[3], "wb") as dump:
+    dump.write(_dump_fr_trace())
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def test_a_flight_recorder_dump_names_the_rank_missing_from_the_collective_when_only_victims_reported(
+        tmp_path: Path) -> None:
+    """Real dumps of PyTorch's flight recorder (gloo's on the CPU, as NCCL's on a GPU): rank 0 entered collective
+    #3, rank 1 never did; the only failure record is rank 0's timeout, a victim. The verdict's root is rank 1."""
+    folder = tmp_path / "job"
+    folder.mkdir(mode=0o700)
+    script = tmp_path / "recorded.py"
+    script.write_text(FLIGHT_RECORDED)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "2000"}
+    ranks = [subprocess.Popen([sys.executable, str(script), str(rank), port, str(folder / f"nccl-trace-rank{rank}")],
+                              env=env) for rank in (0, 1)]
+    assert [rank.wait(timeout=120) for rank in ranks] == [0, 0]
+    failures.record(folder, 0, "DistBackendError", "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3,"
+                    " OpType=ALLREDUCE) ran for 600000 milliseconds before timing out", "", run="r", cause=False)
+    verdict = judge(folder, 2, "")
+    assert verdict.root["rank"] == 1 and verdict.root["cause"], verdict
+    assert "missing from collective #3 (gloo:all_reduce) that the other ranks entered" in verdict.root["message"]
+    assert [entry["rank"] for entry in verdict.victims] == [0]
+    assert "rank(s) 1 missing from collective #3 (gloo:all_reduce)" in verdict.flight, verdict.flight
 
 
 def test_a_built_in_training_rank_that_hangs_is_diagnosed_before_the_collective_timeout_with_the_defaults(

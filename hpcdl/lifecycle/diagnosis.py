@@ -83,12 +83,26 @@ def judge(folder: Path, world_size: int, launcher_log: str) -> Verdict:
             entry["pid"], entry["host"] = beat.get("pid") or 0, entry.get("host") or beat.get("host", "")
     causes = [entry for entry in everything if entry.get("cause")]
     root = causes[0] if causes else (everything[0] if everything else None)
+    newest = newest_collectives(folder, world_size)
+    if newest and (root is None or not root.get("cause")):  # victims alone: the ranks their collective waited for
+        top = max(newest.values())
+        late = [_late_rank(folder, rank, *top) for rank in lagging_ranks(newest, world_size)]
+        if late:
+            everything, root = late + everything, late[0]
     verdict = Verdict(root, [entry for entry in everything if entry is not root])
     found = stacks.answers(folder, world_size)
     if found:
         verdict.groups = stacks.groups(found)
-    verdict.flight = flight_recorder(folder, world_size)
+    verdict.flight = missing_ranks(newest, world_size)
     return verdict
+
+
+def _late_rank(folder: Path, rank: int, collective: int, name: str) -> dict[str, Any]:
+    """A cause record for a rank the flight recorder shows missing from the collective the others entered."""
+    beat = _heartbeat(folder, rank)
+    return {"rank": rank, "host": beat.get("host", ""), "pid": beat.get("pid") or 0, "how": "hang", "type": "Hang",
+            "message": f"missing from collective #{collective} ({name}) that the other ranks entered (NCCL flight "
+                       "recorder)", "traceback": "", "cause": True, "time": None}
 
 
 def _heartbeat(folder: Path, rank: int) -> dict[str, Any]:
@@ -164,9 +178,9 @@ class _DataOnly(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
 
 
-def flight_recorder(folder: Path, world_size: int) -> str:
-    """Which ranks NCCL's flight recorder dumps (one per rank, written on a collective timeout) show missing from
-    the newest collective the others entered; empty when there are no dumps."""
+def newest_collectives(folder: Path, world_size: int) -> dict[int, tuple[int, str]]:
+    """Each rank's newest collective (sequence number, name) in NCCL's flight recorder dumps (one per rank,
+    written on a collective timeout); empty when there are none."""
     newest: dict[int, tuple[int, str]] = {}
     for rank in range(world_size):
         data = read_job_file(folder, f"{NCCL_TRACE}{rank}")
@@ -179,7 +193,15 @@ def flight_recorder(folder: Path, world_size: int) -> str:
         entries = [e for e in dump.get("entries", []) if isinstance(e, dict)] if isinstance(dump, dict) else []
         seqs = [(int(e.get("collective_seq_id") or 0), str(e.get("profiling_name", "?"))) for e in entries]
         newest[rank] = max(seqs) if seqs else (0, "none")
-    return missing_ranks(newest, world_size)
+    return newest
+
+
+def lagging_ranks(newest: dict[int, tuple[int, str]], world_size: int) -> list[int]:
+    """The ranks behind the newest collective any dumped rank entered (those that dumped none included)."""
+    if not newest:
+        return []
+    top = max(newest.values())[0]
+    return sorted(rank for rank in range(world_size) if newest.get(rank, (-1, ""))[0] < top)
 
 
 def missing_ranks(newest: dict[int, tuple[int, str]], world_size: int) -> str:
@@ -187,7 +209,7 @@ def missing_ranks(newest: dict[int, tuple[int, str]], world_size: int) -> str:
     if not newest:
         return ""
     top, name = max(newest.values())
-    missing = sorted(rank for rank in range(world_size) if newest.get(rank, (-1, ""))[0] < top)
+    missing = lagging_ranks(newest, world_size)
     if not missing:
         return f"NCCL flight recorder: every rank of {len(newest)} dumped reached collective #{top} ({name})"
     undumped = [rank for rank in missing if rank not in newest]
