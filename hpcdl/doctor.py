@@ -64,7 +64,6 @@ def main(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     from hpcdl.config.compose import compose_config
-    from hpcdl.distributed.preflight import ADVICE
     from hpcdl.doctor import node_checks  # by its module's name, not __main__'s: the ranks import it
     from hpcdl.lifecycle.submission import submit_job
     from hpcdl.plan import resolve_function
@@ -90,7 +89,15 @@ def main(argv: list[str]) -> int:
         if isinstance(e, TimeoutError):
             return 1
         raise
-    failed = 0
+    return print_reports(reports)
+
+
+def print_reports(reports: dict[str, dict[str, Any]]) -> int:
+    """Each node's checks, what to change for each failed one and what to look at for each warning; the exit
+    status: 1 when a check failed, else 0."""
+    from hpcdl.distributed.preflight import ADVICE, WARNING_ADVICE
+
+    failed = warned = 0
     for node, report in sorted(reports.items()):
         print(f"{node} ({report['seconds']:.1f} s)")
         for check in report["checks"]:
@@ -98,7 +105,12 @@ def main(argv: list[str]) -> int:
             if check["status"] == "failed":
                 failed += 1
                 print(f"            change: {ADVICE[check['name']].replace('NODE', node)}")
+            elif check["status"] == "warned" and check["name"] in WARNING_ADVICE:
+                warned += 1
+                print(f"            check: {WARNING_ADVICE[check['name']]}")
     print(f"{failed} failed check(s) on {len(reports)} node(s)")
+    if warned:
+        print(f"{warned} warning(s): slow on every node, no node to blame (see check: above)")
     return 1 if failed else 0
 
 

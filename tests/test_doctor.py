@@ -350,3 +350,21 @@ def test_the_doctor_allocates_with_each_cluster_override_as_the_user_typed_it(st
     job_id = re.search(r"^job (\S+): checking", done.stdout, re.M).group(1)
     profile = json.loads((store / job_id / MANIFEST).read_text())["plan"]["cluster"]
     assert (profile["mem"], profile["time"], profile["env"]["HPCDL_DOCTOR_MARK"]) == ("16G", "0:10:00", "n2:1.0")
+
+
+def test_the_doctor_says_what_to_change_for_a_failed_check_and_what_to_look_at_for_a_warning(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from hpcdl.doctor import print_reports
+
+    low = "all-reduce bus bandwidth 2.10 GB/s, 99% under the expected 400; no node stands out"
+    reports = {node: {"seconds": 3.0, "checks": [
+        {"name": "data", "status": "failed" if node == "n2" else "passed", "detail": "the data root /x"},
+        {"name": "allreduce", "status": "warned", "detail": low}]} for node in ("n1", "n2")}
+    assert print_reports(reports) == 1
+    said = capsys.readouterr().out
+    assert said.count("change: give data.root a path mounted on every node") == 1
+    assert said.count("check: check the interconnect and the profile's network settings (cluster.network: "
+                      "interfaces, HCAs, GDR level") == 2
+    assert "1 failed check(s) on 2 node(s)\n2 warning(s): slow on every node, no node to blame" in said
+    del reports["n2"]
+    assert print_reports(reports) == 0  # a warning alone: exit 0, said

@@ -234,6 +234,12 @@ ADVICE = {
                  "(cluster.network: interfaces, HCAs, GDR level) and cluster.preflight_busbw_gbps",
 }
 """What to change where a check fails (python -m hpcdl.doctor)."""
+WARNING_ADVICE = {
+    "allreduce": "check the interconnect and the profile's network settings (cluster.network: interfaces, HCAs, GDR "
+                 "level: NCCL_DEBUG=INFO in cluster.env shows what NCCL chose), or set cluster.preflight_busbw_gbps "
+                 "to what this network reaches",
+}
+"""What to look at where a check warns (python -m hpcdl.doctor): a low figure no single node is to blame for."""
 
 
 def failure_words(node: str, checks: list[Check]) -> str:
