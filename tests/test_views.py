@@ -269,3 +269,12 @@ def test_a_failing_jobs_reports_so_far_are_in_its_events_and_plot(store: Path, t
         assert waited.stdout.strip() == "FAILED", (waited.stdout, cli(tmp_path, "hpcdl.jobs", "why", job_id).stdout)
         assert _steps_in(store / job_id / "tensorboard") == list(range(1, 7)), job_id
         assert (store / job_id / "training-progress.png").is_file()
+
+
+def test_the_tensorboard_command_of_a_sweep_keeps_its_run_names_free_of_the_specs_separators() -> None:
+    from hpcdl.view.tensorboard import logdir_command
+
+    command = logdir_command({"0_cluster.time=0:10:00": Path("/s/a/tensorboard"),
+                              "1_model.layers=[1,2]": Path("/s/b/tensorboard")}, "login1", "me").splitlines()[0]
+    assert command == ("tensorboard --logdir_spec '0_cluster.time=0_10_00:/s/a/tensorboard,"
+                       "1_model.layers=[1_2]:/s/b/tensorboard' --port 6006")

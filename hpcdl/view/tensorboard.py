@@ -5,6 +5,7 @@ hyperparameters for the HParams dashboard. tensorboard is optional: without it a
 from __future__ import annotations
 
 import math
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -136,7 +137,8 @@ def logdir_command(runs: Mapping[str, Path], host: str, user: str, port: int = 6
     if len(runs) == 1:
         logdir = f"--logdir {shlex.quote(str(next(iter(runs.values()))))}"
     else:
-        logdir = "--logdir_spec " + shlex.quote(",".join(f"{name}:{path}" for name, path in runs.items()))
+        logdir = "--logdir_spec " + shlex.quote(",".join(f"{re.sub('[,:]', '_', name)}:{path}"  # its separators
+                                                         for name, path in runs.items()))
     return (f"tensorboard {logdir} --port {port}\n"
             f"# from your own machine, then open http://localhost:{port}:\n"
             f"ssh -N -L {port}:localhost:{port} {user}@{host}")
