@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hpcdl.lifecycle.job import Job
+from hpcdl.store.files import SUMMARY_CSV
 from tests.browser import CHROMIUM, Browser
 from tests.conftest import keep_screenshot
 
@@ -145,3 +146,31 @@ def test_a_failed_jobs_page_shows_its_first_error_and_its_reports(store: Path, t
         assert "FAILED" in browser.evaluate("document.querySelector('table').textContent")
     finally:
         browser.close()
+
+
+def test_a_sweep_of_your_own_code_shows_the_metrics_it_reported_by_name_and_picks_the_best_by_one(
+        store: Path, tmp_path: Path) -> None:
+    (tmp_path / "reward.py").write_text("import os, hpcdl\nscale = float(os.environ['SCALE'])\n"
+                                        "for step in range(1, 4):\n"
+                                        "    hpcdl.report(step=step, total=3, loss=1.0 / step, reward=step * scale)\n")
+    done = subprocess.run([sys.executable, "-m", "hpcdl.submit", "-m", "script=reward.py", "+cluster.env.SCALE=1,3,2",
+                           "wait=true"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"^1\s+\+cluster.env.SCALE=3\s+COMPLETED\s.*\s9$", done.stdout, re.M), done.stdout  # REWARD
+    sweep_id = re.search(r"Submitted sweep (\S+):", done.stdout).group(1)
+    page = tmp_path / "sweep.html"
+    assert _jobs("report", sweep_id, "--to", str(page), "--metric", "reward").returncode == 0
+    browser = Browser(tmp_path / "profile")
+    try:
+        browser.open(page)
+        headers = browser.evaluate("Array.prototype.map.call(document.querySelectorAll('#trials th'),"
+                                   "function(h){return h.textContent})")
+        assert "reward" in headers, headers
+        assert _column(browser, headers.index("reward")) == ["3", "9", "6"]
+        assert browser.evaluate("document.querySelector('tr.best').cells[0].textContent") == "1"
+        assert "best by reward" in browser.evaluate("document.body.textContent")
+    finally:
+        browser.close()
+    csv_dir = tmp_path / "fetched"
+    assert _jobs("fetch", sweep_id, "--to", str(csv_dir)).returncode == 0
+    assert (csv_dir / SUMMARY_CSV).read_text().splitlines()[0].endswith(",reason,metric:reward")

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from hpcdl.lifecycle.job import Job
 from hpcdl.lifecycle.states import resolve_sweep
-from hpcdl.lifecycle.sweep_report import summary
+from hpcdl.lifecycle.sweep_report import USER_METRIC, summary, user_metric_keys
 from hpcdl.store.atomic import atomic_write_text
 from hpcdl.store.files import CONFUSION, MULTIRUN, REPORT_FIELDS, RESULT
 from hpcdl.store.folders import DAMAGED, JobRecord, load_record
@@ -51,7 +51,10 @@ def _when(seconds: Any) -> str:
 def sweep_html(sweep: JobRecord, points: list[JobRecord], metric: Optional[str] = None) -> str:
     """The page of ``sweep`` whose ``points`` have been resolved."""
     rows = summary(points)
-    metric = metric or next((m for m in METRICS if any(r.get(m) is not None for r in rows)), METRICS[0])
+    own = user_metric_keys(rows)
+    if metric is not None and metric not in METRICS and USER_METRIC + metric in own:
+        metric = USER_METRIC + metric  # a metric the points' own code reported by that name
+    metric = metric or next((m for m in (*METRICS, *own) if any(r.get(m) is not None for r in rows)), METRICS[0])
     curves, confusions = {}, {}
     for point in points:
         if point.state == DAMAGED:
@@ -67,7 +70,8 @@ def sweep_html(sweep: JobRecord, points: list[JobRecord], metric: Optional[str] 
              ("submitted", f"{_when(m.get('submitted_at'))} from {(m.get('submitted_from') or {}).get('host', '-')}"),
              ("command", command or "-"), ("page written", _when(time.time()))]
     return page.sweep_page(f"Sweep {sweep.id} ({m.get('name')})", facts,
-                           f"python -m hpcdl.submit {command}\n\n{definition}", rows, curves, confusions, metric)
+                           f"python -m hpcdl.submit {command}\n\n{definition}", rows, curves, confusions, metric,
+                           [(key, key.removeprefix(USER_METRIC)) for key in own])
 
 
 def job_html(job: Job) -> str:

@@ -21,6 +21,13 @@ LEGEND_ROWS = 25
 """The most points named in one column of the curves' legend."""
 SUMMARY_COLUMNS = ("num", "id", "overrides", "state", "elapsed_s", "epoch", "iteration", "loss", "accuracy",
                    "validation_accuracy", "best_validation_accuracy", "value", "reason")
+USER_METRIC = "metric:"
+"""The prefix of a row's key for a metric the user's own code reported by name (hpcdl.report(..., reward=r))."""
+
+
+def user_metric_keys(rows: list[dict[str, Any]]) -> list[str]:
+    """The row keys of the metrics some point's own code reported by name, sorted."""
+    return sorted({key for row in rows for key in row if key.startswith(USER_METRIC)})
 
 
 def varying_overrides(overrides: list[list[str]]) -> list[str]:
@@ -56,6 +63,8 @@ def summary(points: list[JobRecord]) -> list[dict[str, Any]]:
             **{key: view.get(key) for key in ("epoch", "iteration", "loss", "accuracy", "validation_accuracy",
                                               "best_validation_accuracy")},
             "value": _scalar_return(point), "reason": point.reason.splitlines()[0] if point.reason else "",
+            **{USER_METRIC + str(name): value for name, value in (view.get("metrics") or {}).items()
+               if isinstance(value, (int, float)) and not isinstance(value, bool)},
         })
     return rows
 
@@ -80,9 +89,11 @@ def _scalar_return(point: JobRecord) -> Any:
 def format_table(rows: list[dict[str, Any]]) -> str:
     """The summary as an aligned text table; its OVERRIDES are those that vary between the points."""
     columns = [c for c in SUMMARY_COLUMNS if c not in ("id", "reason") and any(r[c] is not None for r in rows)]
-    shown = [[_cell(row["varying"] if c == "overrides" else row[c]) for c in columns] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in shown]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip()]
+    columns += user_metric_keys(rows)
+    shown = [[_cell(row["varying"] if c == "overrides" else row.get(c)) for c in columns] for row in rows]
+    names = [c.removeprefix(USER_METRIC) for c in columns]
+    widths = [max([len(c)] + [len(r[i]) for r in shown]) for i, c in enumerate(names)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(names, widths)).rstrip()]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in shown]
     failed = [f"point {row['num']} ({row['id']}) {row['state']}: {row['reason']}" for row in rows if row["reason"]]
     return "\n".join(lines + failed)
@@ -98,7 +109,8 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
     """The summary as CSV, one row per point."""
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)  # no planted link
     with open(descriptor, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=SUMMARY_COLUMNS, extrasaction="ignore")  # each point's every override
+        writer = csv.DictWriter(f, fieldnames=[*SUMMARY_COLUMNS, *user_metric_keys(rows)],
+                                extrasaction="ignore")  # each point's every override
         writer.writeheader()
         writer.writerows(rows)
 

@@ -158,15 +158,18 @@ def best_trial(rows: Sequence[Mapping[str, Any]], metric: str) -> Optional[Mappi
 
 def sweep_page(title: str, facts: Sequence[tuple[str, str]], definition: str, rows: Sequence[Mapping[str, Any]],
                curves: Mapping[str, tuple[list[Record], list[Record]]],
-               confusions: Mapping[str, Mapping[str, Any]], metric: str) -> str:
+               confusions: Mapping[str, Mapping[str, Any]], metric: str,
+               own_metrics: Sequence[tuple[str, str]] = ()) -> str:
     """The page of a sweep: ``rows`` as the summary's (hpcdl.lifecycle.sweep_report), each trial's curves and
-    confusion matrix by its id, ``definition`` (its multirun.yaml and command), the best trial by ``metric``."""
-    best = best_trial(rows, metric)
-    head = "".join(f'<th data-key="{key}">{_e(label)}</th>' for key, label in TABLE_COLUMNS)
+    confusion matrix by its id, ``definition`` (its multirun.yaml and command), the best trial by ``metric``;
+    ``own_metrics``: (row key, name) of the metrics the points' own code reported, a column each."""
+    best, named = best_trial(rows, metric), dict(own_metrics).get(metric, metric)
+    columns = [*TABLE_COLUMNS[:-2], *own_metrics, *TABLE_COLUMNS[-2:]]  # before value and reason
+    head = "".join(f'<th data-key="{_e(key)}">{_e(label)}</th>' for key, label in columns)
     body_rows = []
     for row in rows:
         cells = []
-        for key, _ in TABLE_COLUMNS:
+        for key, _ in columns:
             value = row.get(key)
             sort = "" if value is None else value if isinstance(value, (int, float)) else str(value)
             if key == "num":
@@ -183,7 +186,7 @@ def sweep_page(title: str, facts: Sequence[tuple[str, str]], definition: str, ro
     buttons = "".join(f'<button type="button" class="state {_e(s)}" data-state="{_e(s)}">{_e(s)} '
                       f'({sum(1 for r in rows if r["state"] == s)})</button>' for s in states)
     best_words = (f'trial <a href="#trial-{_e(best["num"])}">{_e(best["num"])}</a> ({_e(best.get("varying"))}): '
-                  f'{_e(metric)} {_e(_cell(best.get(metric), metric))}' if best else f"no trial has {_e(metric)} yet")
+                  f'{_e(named)} {_e(_cell(best.get(metric), metric))}' if best else f"no trial has {_e(named)} yet")
     trials = []
     for row in rows:
         iterations, validations = curves.get(row["id"], ([], []))
@@ -193,7 +196,7 @@ def sweep_page(title: str, facts: Sequence[tuple[str, str]], definition: str, ro
                       f'{confusion_table(confusions.get(row["id"]))}'
                       f'{"<br>" + _e(row["reason"]) if row.get("reason") else ""}</div>')
     info = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts)
-    body = (f"<h1>{_e(title)}</h1><table>{info}<tr><th>best by {_e(metric)}</th><td>{best_words}</td></tr></table>"
+    body = (f"<h1>{_e(title)}</h1><table>{info}<tr><th>best by {_e(named)}</th><td>{best_words}</td></tr></table>"
             f'<h2>Trials</h2><div id="filters">filter: <input id="filter" placeholder="text in a row"> {buttons} '
             f'<span id="stateNow"></span> <span id="shown"></span></div>'
             f'<table id="trials"><thead><tr>{head}</tr></thead><tbody>{"".join(body_rows)}</tbody></table>'
