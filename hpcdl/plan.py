@@ -26,6 +26,8 @@ HANG_SHARE_OF_COLLECTIVE = 0.8
 """The built-in trainer's hang limit as a share of its collective timeout (JobPlan.hang_limit_s)."""
 HANG_MARGIN_S = 20
 """...and at least this many seconds under it: a tick of the watcher and its wait for the stacks (10 s)."""
+HANG_FLOOR_S = 15
+"""...and never under this: three heartbeats of the longest tick (5 s), so that a late tick is no hang."""
 
 
 @dataclass(frozen=True)
@@ -76,15 +78,17 @@ class JobPlan:
                           float(self.cluster.collective_timeout_s))
 
     @property
-    def hang_limit_s(self) -> int:
-        """Seconds a rank may make no step before it is taken for hung (0: not watched): cluster.hang_timeout_s,
-        and for the built-in trainer, whose collectives fail after collective_timeout_s, at most
-        HANG_SHARE_OF_COLLECTIVE of that and HANG_MARGIN_S under it: the ranks' stacks are taken before the
-        collective's own timeout ends the job with the waiting ranks' errors alone."""
+    def waited_for_limit_s(self) -> Optional[int]:
+        """The shorter hang limit of the built-in trainer, whose collectives fail after collective_timeout_s: a rank
+        the others wait for in a collective is hung after HANG_SHARE_OF_COLLECTIVE of that and HANG_MARGIN_S under
+        it (at least HANG_FLOOR_S, never above cluster.hang_timeout_s), so that the ranks' stacks are taken before
+        the collective's own timeout ends the job with the waiting ranks' errors alone; None for your own code,
+        whose collectives have timeouts of their own."""
         limit, collective = self.cluster.hang_timeout_s, self.cluster.collective_timeout_s
-        if limit and self.kind == "train":
-            limit = min(limit, max(5, min(int(HANG_SHARE_OF_COLLECTIVE * collective), collective - HANG_MARGIN_S)))
-        return limit
+        if not limit or self.kind != "train":
+            return None
+        capped = min(int(HANG_SHARE_OF_COLLECTIVE * collective), collective - HANG_MARGIN_S)
+        return min(limit, max(HANG_FLOOR_S, capped))
 
     @property
     def time_limit_minutes(self) -> int:

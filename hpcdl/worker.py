@@ -236,6 +236,9 @@ def run_job(folder: str) -> None:
         _enforce_local_time_limit(path, plan)
     if lead:
         remove_stale_temporaries(path)
+        for dump in path.glob(f"{NCCL_TRACE}*"):  # an earlier run's (a requeued job's): a verdict reads this run's
+            with contextlib.suppress(FileNotFoundError):
+                dump.unlink()
         earlier_failure = withdraw_earlier_failure(path, backend)  # a rank that outlived the last run: this goes on
         write_status(path, RUNNING, started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
                      slurm_job_id=backend.this_job(), restarts=backend.this_run(),
@@ -250,10 +253,11 @@ def run_job(folder: str) -> None:
     if plan.world_size > 1 and plan.cluster.heartbeat_timeout_s:
         heartbeat.start(path, global_rank(), plan.world_size, plan.lead_rank, plan.cluster.heartbeat_timeout_s,
                         plan.cluster.heartbeat_startup_s, backend)
-        if lead and plan.hang_limit_s:
-            hangs.start(path, plan.world_size, global_rank(), heartbeat.run_token(), plan.hang_limit_s,
+        if lead and plan.cluster.hang_timeout_s:
+            waited_for = plan.waited_for_limit_s
+            hangs.start(path, plan.world_size, global_rank(), heartbeat.run_token(), plan.cluster.hang_timeout_s,
                         plan.cluster.hang_startup_s if plan.kind == "train" else None,
-                        heartbeat.interval_for(plan.hang_limit_s), backend)
+                        heartbeat.interval_for(waited_for or plan.cluster.hang_timeout_s), backend, waited_for)
     stacks.serve(path, global_rank())
     pace.start(path, global_rank(), heartbeat.run_token(), plan.cluster.straggler_window_s)
     try:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from hpcdl.distributed import failures, stacks
 from hpcdl.lifecycle.diagnosis import judge, launcher_records, missing_ranks
@@ -153,6 +154,10 @@ def test_a_flight_recorder_dump_names_the_rank_missing_from_the_collective_when_
         tmp_path: Path) -> None:
     """Real dumps of PyTorch's flight recorder (gloo's on the CPU, as NCCL's on a GPU): rank 0 entered collective
     #3, rank 1 never did; the only failure record is rank 0's timeout, a victim. The verdict's root is rank 1."""
+    import torch._C._distributed_c10d as c10d
+
+    if not hasattr(c10d, "_dump_fr_trace"):
+        pytest.skip(f"torch {torch.__version__} has no flight recorder for gloo")
     folder = tmp_path / "job"
     folder.mkdir(mode=0o700)
     script = tmp_path / "recorded.py"
@@ -175,9 +180,10 @@ def test_a_flight_recorder_dump_names_the_rank_missing_from_the_collective_when_
 
 def test_a_built_in_training_rank_that_hangs_is_diagnosed_before_the_collective_timeout_with_the_defaults(
         store: Path, tmp_path: Path, digits_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """hang_timeout_s left at its default (1800 s): the built-in trainer's hang limit is 80% of the collective
-    timeout and 20 s under it, so the stacks are taken and the napping rank named before its peer's all-reduce
-    times out (which would leave only its timeout, a victim). Two ranks, the lead napping: the verdict comes
+    """hang_timeout_s left at its default (1800 s): in the built-in trainer a rank the other waits for in a
+    collective is hung after 80% of the collective timeout and 20 s under it (40 s here), so the stacks are taken
+    and the napping rank named before its peer's all-reduce times out (which would leave only its timeout, a
+    victim: the root cause would not be the Hang). Two ranks, the lead napping: the verdict comes
     from where the other waits (DDP's gradient all-reduce), not from which group is bigger. The validation
     after each iteration is no hang."""
     monkeypatch.setenv("FAULT_NAP_S", "600")
@@ -195,7 +201,7 @@ def test_a_built_in_training_rank_that_hangs_is_diagnosed_before_the_collective_
     assert root.startswith(f"root cause: rank 0 on {HOST} (pid ") and "Hang: not in the collective" in root, why
     assert "in nap_before_all_reduce" in why and "OUTLIER rank 0" in why, why
     assert "rank 1: waiting in backward (DDP's gradient all-reduce)" in why, why
-    assert ended_s < 55, (ended_s, why)  # 40 s without a step, a tick, the stacks: before the 60 s timeout
+    assert ended_s < 60, (ended_s, why)  # 40 s without a step, a tick, the stacks: before the 60 s timeout
     print(f"trainer hang: the verdict and the job's end {ended_s:.1f} s after the nap began (collective 60 s)")
 
 

@@ -121,9 +121,40 @@ def test_the_built_in_trainers_hang_limit_stays_under_its_collective_timeout() -
     from hpcdl.plan import JobPlan
 
     def limit(kind: str, **cluster: int) -> int:
-        return JobPlan(kind=kind, name="x", cluster=ClusterConfig(**cluster)).hang_limit_s
+        return JobPlan(kind=kind, name="x", cluster=ClusterConfig(**cluster)).waited_for_limit_s
 
     assert limit("train") == 240  # defaults: hang 1800 s, collective 300 s
-    assert limit("train", collective_timeout_s=60) == 40 and limit("train", collective_timeout_s=10) == 5
-    assert limit("train", hang_timeout_s=30) == 30 and limit("train", hang_timeout_s=0) == 0
-    assert limit("script") == limit("entry") == 1800  # your own code's collectives have their own timeouts
+    assert limit("train", collective_timeout_s=60) == 40 and limit("train", collective_timeout_s=10) == 15
+    assert limit("train", hang_timeout_s=30) == 30 and limit("train", hang_timeout_s=5) == 5
+    assert limit("train", hang_timeout_s=0) is None
+    assert limit("script") is None and limit("entry") is None  # your own code's collectives time out on their own
+
+
+def test_before_hang_timeout_a_stall_is_a_hang_only_where_other_ranks_wait_in_a_collective_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every rank compiling (no rank in a collective) is counted afresh; a rank outside the all-reduce the others
+    wait in is the hang."""
+    from hpcdl.distributed import hangs
+
+    watcher = hangs.HangWatcher(tmp_path, 2, 0, "this", timeout_s=60, startup_s=None, runs=backend_for("local"),
+                                waited_for_s=0.3)
+    compiling = [["loop.py", 1, "run_epochs", ""], ["eval_frame.py", 2, "_fn", ""]]
+    waiting = [["loop.py", 1, "run_epochs", ""], ["distributed_c10d.py", 3, "all_reduce", ""]]
+    asked = {"stacks": {0: compiling, 1: compiling}}
+    monkeypatch.setattr(hangs.stacks, "request", lambda folder: "asked")
+    monkeypatch.setattr(hangs.stacks, "collect", lambda folder, token, world, wait: {
+        rank: {"main": stack, "host": "n1", "pid": 100 + rank} for rank, stack in asked["stacks"].items()})
+    ended = []
+    monkeypatch.setattr(hangs.os, "_exit", lambda status: ended.append(status))
+    for rank in (0, 1):
+        _beat(tmp_path, rank, steps=3, stepping=True, pauses=0)
+    watcher.stalled_rank()
+    time.sleep(0.4)
+    watcher.diagnose(*watcher.stalled_rank())
+    assert ended == [] and watcher.stalled_rank() is None  # counted afresh: nobody waits for anybody
+    asked["stacks"] = {0: waiting, 1: compiling}
+    time.sleep(0.4)
+    watcher.diagnose(*watcher.stalled_rank())
+    assert ended == [1]
+    record = json.loads((tmp_path / "failures" / "rank1.json").read_text())
+    assert record["type"] == "Hang" and record["cause"] and "not in the collective" in record["message"]

@@ -126,9 +126,9 @@ class ClusterConfig:
     hang_timeout_s: int = 1800
     """A rank of a multi-rank job that reports no step this long while it still heartbeats is hung: every rank's
     Python stack is written to the job folder (jobs why shows the rank the others wait for) and the job fails;
-    for the built-in trainer at most 80% of collective_timeout_s (and 20 s under it), so that a hang is diagnosed before the
-    collective's own timeout ends the job (validations and checkpoints are not counted); 0: off, else >= 5
-    (needs heartbeats)."""
+    in the built-in trainer a rank the others wait for in a collective is hung sooner, after 80% of
+    collective_timeout_s (20 s under it, at least 15 s), so that it is diagnosed before their collective timeout
+    ends the job (validations and checkpoints are not counted); 0: off, else >= 5 (needs heartbeats)."""
     hang_startup_s: int = 3600
     """The same before the first step, for the built-in trainer (user code is watched once it reports a step),
     >= hang_timeout_s."""

@@ -29,20 +29,29 @@ STACKS_WAIT_S = 10.0
 
 
 def start(folder: Path, world_size: int, rank: int, token: str, timeout_s: float, startup_s: Optional[float],
-          interval: float, runs: JobRuns) -> None:
+          interval: float, runs: JobRuns, waited_for_s: Optional[float] = None) -> None:
     """Watch the ranks' step counts from this (the lead) rank; ``startup_s`` None: no limit before a first step;
-    ``runs``: the job's backend, asked before a hang is recorded as the job's failure."""
-    watcher = HangWatcher(folder, world_size, rank, token, timeout_s, startup_s, runs)
+    ``runs``: the job's backend, asked before a hang is recorded as the job's failure; ``waited_for_s``: the
+    shorter limit for a rank that others wait for in a collective (see HangWatcher)."""
+    watcher = HangWatcher(folder, world_size, rank, token, timeout_s, startup_s, runs, waited_for_s)
+    if waited_for_s is not None and waited_for_s < timeout_s:
+        print(f"[hpcdl] hang watch: a rank that makes no step for {waited_for_s:.0f} s while the others wait for it "
+              f"in a collective is hung (before their collective timeout ends the job), any rank after "
+              f"{timeout_s:.0f} s (cluster.hang_timeout_s)", file=sys.stderr, flush=True)
     threading.Thread(target=watcher.run, args=(interval,), name="hpcdl-hang-watch", daemon=True).start()
 
 
 class HangWatcher:
-    """Ends the job, with every rank's stacks written, when a rank's step count stops moving."""
+    """Ends the job, with every rank's stacks written, when a rank's step count stops moving: after ``timeout_s``
+    whatever the ranks do, and after ``waited_for_s`` already when the stacks show it outside the collective the
+    other ranks wait in (a stretch where no rank waits, as every rank compiling or running callbacks, is no hang
+    before ``timeout_s``)."""
 
     def __init__(self, folder: Path, world_size: int, rank: int, token: str, timeout_s: float,
-                 startup_s: Optional[float], runs: JobRuns) -> None:
+                 startup_s: Optional[float], runs: JobRuns, waited_for_s: Optional[float] = None) -> None:
         self.folder, self.world_size, self.rank, self.token, self.runs = folder, world_size, rank, token, runs
         self.timeout_s, self.startup_s = timeout_s, startup_s
+        self.waited_for_s = min(timeout_s, waited_for_s) if waited_for_s is not None else timeout_s
         self.seen: dict[int, tuple[tuple[int, int], float]] = {}  # rank: ((steps, pauses ended), since)
 
     def run(self, interval: float) -> None:
@@ -75,17 +84,24 @@ class HangWatcher:
             if known is None or known[0] != progress:
                 self.seen[rank] = (progress, now)
                 continue
-            limit = self.timeout_s if steps > 0 else self.startup_s
+            limit = self.waited_for_s if steps > 0 else self.startup_s
             if limit is not None and now - known[1] > limit:
                 return rank, steps, now - known[1]
         return None
 
     def diagnose(self, rank: int, steps: int, stalled_s: float) -> None:
-        """Gather every rank's stacks, record the outliers as the cause and FAILED, and end this rank."""
+        """Gather every rank's stacks, record the outliers as the cause and FAILED, and end this rank; before
+        ``timeout_s``, only where some ranks wait in a collective for one outside it (else counted afresh)."""
         asked = stacks.request(self.folder)
         found = stacks.collect(self.folder, asked, self.world_size, STACKS_WAIT_S)
+        grouped = stacks.groups(found)
+        waiting = any(stacks.in_collective(stack) for _, stack in grouped)
+        waited_for = stacks.outliers(grouped) if waiting else []
+        if steps > 0 and stalled_s <= self.timeout_s and not waited_for:
+            self.seen = {r: (progress, time.monotonic()) for r, (progress, _) in self.seen.items()}
+            return  # no rank waits for another: not yet a hang
         reason = hang_reason(found, self.world_size, rank, steps, stalled_s)
-        for ranks, stack in stacks.outliers(stacks.groups(found)):
+        for ranks, stack in stacks.outliers(grouped):
             for outlier in ranks:
                 entry = found[outlier]
                 failures.record(self.folder, outlier, "Hang", f"not in the collective the other ranks wait in "
