@@ -86,7 +86,8 @@ def judge(folder: Path, world_size: int, launcher_log: str) -> Verdict:
     newest = newest_collectives(folder, world_size)
     if newest and (root is None or not root.get("cause")):  # victims alone: the ranks their collective waited for
         top = max(newest.values())
-        late = [_late_rank(folder, rank, *top) for rank in lagging_ranks(newest, world_size)]
+        told = {entry["rank"] for entry in everything}  # a victim's record: it was in the collective
+        late = [_late_rank(folder, rank, *top) for rank in lagging_ranks(newest, world_size) if rank not in told]
         if late:
             everything, root = late + everything, late[0]
     verdict = Verdict(root, [entry for entry in everything if entry is not root])
@@ -190,10 +191,18 @@ def newest_collectives(folder: Path, world_size: int) -> dict[int, tuple[int, st
             dump = _DataOnly(io.BytesIO(data)).load()
         except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError):
             continue
-        entries = [e for e in dump.get("entries", []) if isinstance(e, dict)] if isinstance(dump, dict) else []
+        entries = [e for e in dump.get("entries", []) if isinstance(e, dict) and _in_default_group(e)] \
+            if isinstance(dump, dict) else []
         seqs = [(int(e.get("collective_seq_id") or 0), str(e.get("profiling_name", "?"))) for e in entries]
         newest[rank] = max(seqs) if seqs else (0, "none")
     return newest
+
+
+def _in_default_group(entry: dict[str, Any]) -> bool:
+    """Whether a flight-recorder entry is of the default process group (the trainer's, DDP's): sequence numbers
+    count per group, so only one group's are compared."""
+    group = entry.get("process_group")
+    return entry.get("pg_id") == 0 or (isinstance(group, (list, tuple)) and bool(group) and str(group[0]) == "0")
 
 
 def lagging_ranks(newest: dict[int, tuple[int, str]], world_size: int) -> list[int]:
