@@ -39,10 +39,11 @@ COLLECTIVES = re.compile(r"^(all_reduce|allreduce|all_gather\w*|reduce_scatter\w
                          r"scatter|all_to_all\w*|monitored_barrier|wait|send|recv|_wait_for_\w+|Allreduce|Bcast|"
                          r"Barrier|Reduce|Gather|Allgather|Wait|Waitall|allgather|bcast|barrier)$")
 """Frame names of a rank waiting in a collective (torch.distributed, mpi4py)."""
-GRADIENT_EXCHANGES = {("graph.py", "_engine_run_backward"): "backward (DDP's gradient all-reduce)",
-                      ("allreduce.py", "finish"): "Waitall (the mpi4py gradient all-reduce)"}
-"""The built-in trainer's gradient exchange, by (file name, frame name): it waits in native code below these frames
-(DDP's reducer inside autograd's engine; mpi4py's Waitall, which leaves no Python frame of its own)."""
+GRADIENT_EXCHANGES = {("torch/autograd/graph.py", "_engine_run_backward"): "backward (DDP's gradient all-reduce)",
+                      ("hpcdl/distributed/allreduce.py", "finish"): "Waitall (the mpi4py gradient all-reduce)"}
+"""The built-in trainer's gradient exchange, by (the end of its file's path, frame name), the innermost frame: it
+waits in native code below these frames (DDP's reducer inside autograd's engine; mpi4py's Waitall, which leaves
+no Python frame of its own)."""
 
 _script: list[int] = []
 
@@ -163,12 +164,14 @@ def groups(stacks: dict[int, dict[str, Any]]) -> list[tuple[list[int], list[list
 def in_collective(stack: list[list[Any]]) -> Optional[str]:
     """The collective a stack waits in (its innermost frame so named, or the trainer's gradient exchange), None
     when it waits in none."""
+    if stack:
+        file, name = str(stack[-1][0]).replace(os.sep, "/"), str(stack[-1][2])
+        for (ending, frame), exchange in GRADIENT_EXCHANGES.items():
+            if name == frame and file.endswith("/" + ending):
+                return exchange
     for frame in reversed(stack[-4:]):
         if COLLECTIVES.match(str(frame[2])):
             return str(frame[2])
-        exchange = GRADIENT_EXCHANGES.get((os.path.basename(str(frame[0])), str(frame[2])))
-        if exchange is not None:
-            return exchange
     return None
 
 
