@@ -330,27 +330,31 @@ def _follow(site: Site, argv: Sequence[str], skip_shown: bool) -> int:
 
 def _fetch(site: Site, argv: Sequence[str]) -> int:
     """The job's results brought down into --to (default ./ID): whole, or not at all. They come down into a
-    private folder first, then each file is copied as the local fetch copies it (store.safety.copy_out: a new
-    file renamed into place), into a target that is this user's and no link (open_target), so that nothing is
-    written through what another user planted where --to points."""
+    private temporary folder (in the user's TMPDIR, never beside --to, where another user may write), then each
+    file is copied as the local fetch copies it (store.safety.copy_out: a new file renamed into place) into a
+    target that is this user's and no link (open_target): nothing is written through what another user
+    planted where --to points."""
     from hpcdl.store.safety import copy_out, open_target
 
     key = job_key(argv)
     to = argv[argv.index("--to") + 1] if "--to" in argv else key
     target = Path(to).absolute()  # not resolved: a link planted there is refused, not followed
-    target_fd = open_target(target)
-    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    partial = Path(tempfile.mkdtemp(prefix="hpcdl-fetch-"))
     try:
         status, said = run_agent(site, ["fetch", key, *(["--wait"] if "--wait" in argv else [])],
                                  read=lambda out: _unpack(out, partial), show_stderr=False)
-        sys.stdout.write(said.replace(FETCHED, str(target)))
         if status != 0:
+            sys.stdout.write(said.replace(FETCHED, str(target)))
             return status
-        for path in sorted(partial.rglob("*")):
-            if path.is_file() and not path.is_symlink():
-                copy_out(partial, path.relative_to(partial), target_fd, target)
+        target_fd = open_target(target)
+        try:
+            for path in sorted(partial.rglob("*")):
+                if path.is_file() and not path.is_symlink():
+                    copy_out(partial, path.relative_to(partial), target_fd, target)
+        finally:
+            os.close(target_fd)
+        sys.stdout.write(said.replace(FETCHED, str(target)))
     finally:
-        os.close(target_fd)
         shutil.rmtree(partial, ignore_errors=True)
     return 0
 
