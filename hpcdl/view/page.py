@@ -8,12 +8,15 @@ from __future__ import annotations
 import base64
 import html
 import math
+import re
 from typing import Any, Mapping, Optional, Sequence
 
 Record = dict[str, Any]
 
 CURVE_POINTS = 200
 """The most points of one curve in a trial's SVG (longer curves are thinned evenly)."""
+LOWER_IS_BETTER = re.compile(r"loss|err|mse|mae|nll|perplexity|ppl|wer|cer|regret|cost|time")
+"""Metric names whose best trial has the lowest value (loss, error, rmse, perplexity, word error rate, ...)."""
 TABLE_COLUMNS = (("num", "#"), ("varying", "overrides that differ"), ("state", "state"), ("elapsed_s", "elapsed (s)"),
                  ("epoch", "epoch"), ("iteration", "iteration"), ("loss", "final loss"), ("accuracy", "final accuracy"),
                  ("validation_accuracy", "final val. accuracy"), ("best_validation_accuracy", "best val. accuracy"),
@@ -148,11 +151,12 @@ def _document(title: str, body: str) -> str:
 
 
 def best_trial(rows: Sequence[Mapping[str, Any]], metric: str) -> Optional[Mapping[str, Any]]:
-    """The row with the best ``metric``: the highest for an accuracy or a value, the lowest for a loss."""
+    """The row with the best ``metric``: the highest for an accuracy, a value or a reward, the lowest for a loss or
+    an error (LOWER_IS_BETTER in its name)."""
     scored = [r for r in rows if isinstance(r.get(metric), (int, float)) and math.isfinite(r[metric])]
     if not scored:
         return None
-    lowest = "loss" in metric
+    lowest = LOWER_IS_BETTER.search(metric.lower()) is not None
     return (min if lowest else max)(scored, key=lambda r: r[metric])
 
 
