@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from dataclasses import dataclass
@@ -96,6 +97,11 @@ class Step:
     exchange: Optional[WaitClock] = None
     """Several workers: marks the backward and gradient exchange, where a rank waits for slower peers (pace)."""
 
+    @property
+    def compiles_next(self) -> bool:
+        """Whether the next step is the first compiled one (torch.compile runs inside it)."""
+        return self.compiling is not None and self.compiling.compiling_since is not None
+
     def compile_if_due(self, iteration: int) -> None:
         """Compile the forward at the iteration speed's decision names (every computing rank at once)."""
         if self.compiling is None:
@@ -165,11 +171,10 @@ class Validation:
 
     def __call__(self, epoch: int, state: RunState) -> dict[str, Any]:
         """Validate now; the result counts toward the best validation of ``state``."""
-        with heartbeat.between_steps():
-            totals = evaluate_totals(self.step.forward, self.data, self.indices, self.options, self.device,
-                                     self.memory_format)
-        result = {"epoch": epoch, "iteration": state.iteration,
-                  **validation_record(self.step.context.all_sum(totals), self.options)}
+        with heartbeat.between_steps():  # the sum too: a rank with less to validate waits in it for the others
+            totals = self.step.context.all_sum(evaluate_totals(self.step.forward, self.data, self.indices,
+                                                               self.options, self.device, self.memory_format))
+        result = {"epoch": epoch, "iteration": state.iteration, **validation_record(totals, self.options)}
         state.best.note(result["loss"], self.step.model)
         return result
 
@@ -194,7 +199,8 @@ def run_epochs(step: Step, loader: BatchLoader, validation: Validation, progress
                 continue
             x, y = loaded
             learn_rate = learn_rate_at(options, state.iteration, per_epoch, settings.learn_rate)
-            loss, out = step(x, y, total, learn_rate)
+            with heartbeat.between_steps() if step.compiles_next else contextlib.nullcontext():
+                loss, out = step(x, y, total, learn_rate)  # compiling: no hang however long it takes
             heartbeat.stepped()
             state.iteration += 1
             step.compile_if_due(state.iteration)
@@ -228,6 +234,7 @@ def checkpoint(step: Step, state: RunState, progress: Progress, settings: RunSet
             progress.info.checkpoint_s = round(time.perf_counter() - start, 3)
             pace.aside(progress.info.checkpoint_s)
             warn_if_signal_too_late(progress.info.checkpoint_s)
+        step.context.agree(False)  # the others wait here for the lead's save, not in the next step's collective
     clock.saved()
 
 
