@@ -211,11 +211,10 @@ def run_job(folder: str) -> None:
     os.environ["HPCDL_JOB_FOLDER"] = str(path)
     os.environ.setdefault("HPCDL_COLLECTIVE_TIMEOUT_S", str(plan.cluster.collective_timeout_s))
     os.environ["HPCDL_SIGNAL_DELAY_S"] = str(plan.cluster.signal_delay_s)
-    if plan.world_size > 1:  # NCCL's flight recorder, under its names since PyTorch 2.7 and those before: its
-        # dump on a collective timeout lands in the job folder
-        for name, value in (("TORCH_FR_BUFFER_SIZE", "2000"), ("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"),
-                            ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"), ("TORCH_FR_DUMP_TEMP_FILE", str(path / NCCL_TRACE)),
-                            ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(path / NCCL_TRACE))):
+    if plan.world_size > 1:  # NCCL's flight recorder (PyTorch >= 2.7 names; TORCH_NCCL_TRACE_BUFFER_SIZE before):
+        # its dump on a collective timeout lands in the job folder
+        for name, value in (("TORCH_FR_BUFFER_SIZE", "2000"), ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
+                            ("TORCH_FR_DUMP_TEMP_FILE", str(path / NCCL_TRACE))):
             os.environ.setdefault(name, value)
     cache = compile_cache(path.parent)
     if cache is not None:  # torch.compile's kernels, reused by this user's other tasks and the job's resumes

@@ -44,9 +44,10 @@ def site(client: dict[str, Path], sshd: Server) -> dict[str, Path]:
 
 def _scheduler_user(job_folder: Path) -> str:
     backend_id = json.loads((job_folder / "manifest.json").read_text())["backend_id"]
-    sacct = subprocess.run(["sacct", "-n", "-X", "-P", "-j", str(backend_id), "-o", "User"], capture_output=True,
-                           text=True, check=True)
-    return sacct.stdout.split()[0]
+    sacct = subprocess.run(["sacct", "-n", "-X", "-P", "-j", str(backend_id), "-o", "Submit,User"],
+                           capture_output=True, text=True, check=True)
+    return max(line.split("|") for line in sacct.stdout.split())[1]  # the newest of a job id a restarted test
+    # cluster gave out again (its accounting keeps the earlier one)
 
 
 def test_a_job_submitted_remotely_runs_on_after_the_client_is_killed_and_a_new_client_fetches_it(
