@@ -170,6 +170,18 @@ def verdict_after(cwd: Path, folder: Path, job_id: str, fault_at: float, timeout
     return why.stdout, (folder / FINAL).stat().st_mtime - fault_at
 
 
+def hang_verdict(cwd: Path, folder: Path, job_id: str, rank: int, steps: int, host: str,
+                 wait_s: float) -> tuple[str, float]:
+    """``jobs why`` of a job whose rank ``rank`` naps after its ``steps``-th step (waited for up to ``wait_s``),
+    and the seconds from its nap to the verdict; its root cause must be that rank's Hang, with its stack."""
+    wait_for(lambda: heartbeat_of(folder, rank).get("steps", 0) >= steps, wait_s, f"rank {rank} reached its nap")
+    why, ended_s = verdict_after(cwd, folder, job_id, time.time())
+    root = root_line(why)
+    assert root.startswith(f"root cause: rank {rank} on {host} (pid ") and "Hang: not in the collective" in root, why
+    assert "in nap_before_all_reduce" in why and f"OUTLIER rank {rank}" in why, why
+    return why, ended_s
+
+
 def root_line(why: str) -> str:
     """The 'root cause: ...' line of jobs why."""
     found = re.search(r"^root cause: .*$", why, re.MULTILINE)

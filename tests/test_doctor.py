@@ -19,7 +19,7 @@ import torch
 from hpcdl.distributed import failures, stacks
 from hpcdl.lifecycle.diagnosis import judge, launcher_records, missing_ranks
 from hpcdl.store.files import FAILURE, FAILURES, LOGS, MANIFEST, STACKS
-from tests.faults import cli, heartbeat_of, root_line, submit, verdict_after, wait_for, write_faults
+from tests.faults import cli, hang_verdict, heartbeat_of, root_line, submit, verdict_after, wait_for, write_faults
 
 HOST = socket.gethostname()
 FAST = ("cluster.tasks_per_node=4", "cluster.heartbeat_timeout_s=5", "cluster.time=00:05:00")
@@ -121,13 +121,8 @@ def test_a_rank_sleeping_before_an_all_reduce_is_named_with_its_stack(store: Pat
     job_id = submit(user, "entry=faults:steps_forever", *FAST, "cluster.hang_timeout_s=5",
                     "cluster.collective_timeout_s=120", "cluster.export=[FAULT_NAP_S]")
     folder = store / job_id
-    wait_for(lambda: heartbeat_of(folder, 2).get("steps", 0) >= 5, 120, "rank 2 reached its nap")
-    napping = time.time()
-    why, ended_s = verdict_after(user, folder, job_id, napping)
-    root = root_line(why)
-    assert root.startswith(f"root cause: rank 2 on {HOST} (pid ") and "Hang: not in the collective" in root, why
-    assert "in nap_before_all_reduce" in why and "time.sleep(float(os.environ" in why, why
-    assert "ranks 0,1,3: waiting in all_reduce" in why and "OUTLIER rank 2" in why, why
+    why, ended_s = hang_verdict(user, folder, job_id, 2, 5, HOST, 120)
+    assert "time.sleep(float(os.environ" in why and "ranks 0,1,3: waiting in all_reduce" in why, why
     assert sorted(p.name for p in (folder / STACKS).glob("rank*.json")) == [f"rank{r}.json" for r in range(4)]
     assert ended_s < 5 + 25, (ended_s, why)  # 5 s without a step, a tick, the stacks, the end
     print(f"hang: the verdict and the job's end {ended_s:.1f} s after the nap began (hang_timeout_s=5)")
@@ -194,12 +189,7 @@ def test_a_built_in_training_rank_that_hangs_is_diagnosed_before_the_collective_
                     "model._target_=faults.NappingNet", f"data.root={digits_root}", "training.max_epochs=50",
                     "training.validation_frequency=1", "cluster.export=[FAULT_NAP_S,FAULT_RANK]")
     folder = store / job_id
-    wait_for(lambda: heartbeat_of(folder, 0).get("steps", 0) >= 4, 180, "rank 0 reached its nap")
-    napping = time.time()
-    why, ended_s = verdict_after(user, folder, job_id, napping)
-    root = root_line(why)
-    assert root.startswith(f"root cause: rank 0 on {HOST} (pid ") and "Hang: not in the collective" in root, why
-    assert "in nap_before_all_reduce" in why and "OUTLIER rank 0" in why, why
+    why, ended_s = hang_verdict(user, folder, job_id, 0, 4, HOST, 180)
     assert "rank 1: waiting in backward (DDP's gradient all-reduce)" in why, why
     assert ended_s < 60, (ended_s, why)  # 40 s without a step, a tick, the stacks: before the 60 s timeout
     print(f"trainer hang: the verdict and the job's end {ended_s:.1f} s after the nap began (collective 60 s)")

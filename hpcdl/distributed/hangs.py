@@ -95,13 +95,13 @@ class HangWatcher:
         asked = stacks.request(self.folder)
         found = stacks.collect(self.folder, asked, self.world_size, STACKS_WAIT_S)
         grouped = stacks.groups(found)
+        outliers = stacks.outliers(grouped)
         waiting = any(stacks.in_collective(stack) for _, stack in grouped)
-        waited_for = stacks.outliers(grouped) if waiting else []
-        if steps > 0 and stalled_s <= self.timeout_s and not waited_for:
+        if steps > 0 and stalled_s <= self.timeout_s and not (waiting and outliers):
             self.seen = {r: (progress, time.monotonic()) for r, (progress, _) in self.seen.items()}
             return  # no rank waits for another: not yet a hang
         reason = hang_reason(found, self.world_size, rank, steps, stalled_s)
-        for ranks, stack in stacks.outliers(grouped):
+        for ranks, stack in outliers:
             for outlier in ranks:
                 entry = found[outlier]
                 failures.record(self.folder, outlier, "Hang", f"not in the collective the other ranks wait in "
