@@ -54,6 +54,11 @@ def nap_before_all_reduce():
     time.sleep(float(os.environ.get("FAULT_NAP_S", "0")))
 
 
+def _launched_rank():
+    """This rank's number as its launcher gives it (hpcdl's and torchrun's RANK, mpirun's own variable)."""
+    return os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK"))
+
+
 class NappingNet(torch.nn.Module):
     """A network for the built-in trainer whose rank $FAULT_RANK (2) naps in its 5th training forward pass,
     before the gradient exchange its peers wait in."""
@@ -67,9 +72,20 @@ class NappingNet(torch.nn.Module):
     def forward(self, x):
         if self.training:
             self.calls += 1
-            if os.environ.get("RANK") == os.environ.get("FAULT_RANK", "2") and self.calls == 5:
-                nap_before_all_reduce()
+            if _launched_rank() == os.environ.get("FAULT_RANK", "2") and self.calls == 5:
+                self.fault()
         return self.body(x)
+
+    def fault(self):
+        nap_before_all_reduce()
+
+
+class RaisingNet(NappingNet):
+    """NappingNet whose rank $FAULT_RANK raises instead of napping, its peers waiting in the gradient exchange."""
+
+    def fault(self):
+        print(f"fault at {time.time()}", flush=True)
+        raise ValueError("the forward pass fails on purpose")
 '''
 
 SCRIPT = '''

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from hpcdl.config.cluster import DEFAULT_EXPORT
 from hpcdl.distributed import failures, stacks
 from hpcdl.lifecycle.diagnosis import judge, launcher_records, missing_ranks
 from hpcdl.store.files import FAILURE, FAILURES, LOGS, MANIFEST, STACKS
@@ -272,13 +273,86 @@ def test_a_scripts_own_traceback_is_the_verdict(store: Path, tmp_path: Path) -> 
     assert "[rank1]" not in why and "hpcdl/" not in why.split("victims")[0], why
 
 
+MPIRUN_HERE = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+               "OMPI_MCA_rmaps_base_oversubscribe": "1", "CUDA_VISIBLE_DEVICES": ""}
+"""Open MPI's settings to start two ranks on this machine (as root, more ranks than cores, no GPU)."""
+
+
+def _mpirun_here(monkeypatch: pytest.MonkeyPatch, *exported: str) -> str:
+    """Set MPIRUN_HERE; returns the cluster.export override that passes it and ``exported`` to the job (with
+    the default list: mpirun looks for ssh in PATH)."""
+    for name, value in MPIRUN_HERE.items():
+        monkeypatch.setenv(name, value)
+    return f"cluster.export=[{','.join(dict.fromkeys((*DEFAULT_EXPORT, *exported, *MPIRUN_HERE)))}]"
+
+
+MPI_TRAINER = ("training.execution_environment=parallel", "training.comm=mpi", "cluster.tasks_per_node=2",
+               "training.max_epochs=1000", "training.mini_batch_size=16", "training.verbose=false",
+               "cluster.time=00:05:00")
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun")
+def test_an_mpi_ranks_exception_is_the_root_cause_with_its_traceback(store: Path, tmp_path: Path,
+                                                                     digits_root: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 1 of an mpirun job raises in its forward pass while rank 0 waits in the mpi4py gradient
+    all-reduce (MPI has no timeout of its own): the verdict is rank 1's exception, with its traceback, and
+    mpirun's end of rank 0 is no cause."""
+    exports = _mpirun_here(monkeypatch, "FAULT_RANK")
+    monkeypatch.setenv("FAULT_RANK", "1")
+    user = write_faults(tmp_path / "user")
+    job_id = submit(user, *MPI_TRAINER, "model._target_=faults.RaisingNet", f"data.root={digits_root}", exports)
+    folder = store / job_id
+    why, ended_s = verdict_after(user, folder, job_id, time.time(), timeout=240)
+    root = root_line(why)
+    assert root.startswith("root cause: rank 1 on ") and \
+        root.endswith("ValueError: the forward pass fails on purpose"), why
+    assert 'faults.py", line' in why and "in fault" in why.split("victims")[0], why
+    assert "rank 0" not in root, why
+    print(f"mpi exception: the job ended {ended_s:.1f} s after the submission")
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun")
+def test_an_mpi_rank_that_hangs_is_named_with_its_stack_while_the_other_waits_in_the_mpi_all_reduce(
+        store: Path, tmp_path: Path, digits_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 1 of an mpirun job naps in its 5th forward pass; MPI's collectives never time out, so only the hang
+    watch can end the job: rank 1 is named with its stack, rank 0 waits in the mpi4py Waitall, before the
+    shorter hang limit (40 s of a 60 s collective timeout) has passed twice."""
+    exports = _mpirun_here(monkeypatch, "FAULT_NAP_S", "FAULT_RANK")
+    monkeypatch.setenv("FAULT_NAP_S", "600")
+    monkeypatch.setenv("FAULT_RANK", "1")
+    user = write_faults(tmp_path / "user")
+    job_id = submit(user, *MPI_TRAINER, "model._target_=faults.NappingNet", f"data.root={digits_root}",
+                    "cluster.collective_timeout_s=60", exports)
+    folder = store / job_id
+    why, ended_s = hang_verdict(user, folder, job_id, 1, 4, HOST, 180)
+    assert "rank 0: waiting in Waitall (the mpi4py gradient all-reduce)" in why, why
+    assert ended_s < 80, (ended_s, why)
+    print(f"mpi hang: the verdict and the job's end {ended_s:.1f} s after the nap began (limit 40 s)")
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun")
+def test_an_mpirun_that_starts_no_rank_is_told_in_its_own_words(store: Path, tmp_path: Path, digits_root: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """mpirun refuses to start (its remote agent is a path that does not exist): no rank ran, so none recorded a
+    failure, and jobs why shows what mpirun said (the job's own stderr), not an empty rank log."""
+    exports = _mpirun_here(monkeypatch, "OMPI_MCA_plm_rsh_agent")
+    monkeypatch.setenv("OMPI_MCA_plm_rsh_agent", str(tmp_path / "no-such-ssh"))
+    job_id = submit(tmp_path, *MPI_TRAINER, f"data.root={digits_root}", exports)
+    why, _ = verdict_after(tmp_path, store / job_id, job_id, time.time(), timeout=120)
+    assert "mpirun -n 2 exited with code" in why.splitlines()[0], why
+    assert "no rank recorded a failure; what the job wrote last:" in why and "plm_rsh_agent" in why and \
+        "could not be found" in why, why
+
+
 @pytest.mark.mpi
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun")
 def test_an_mpi_rank_killed_with_kill_9_is_named_from_mpiruns_words(store: Path, tmp_path: Path, digits_root: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-                        "OMPI_MCA_rmaps_base_oversubscribe": "1", "CUDA_VISIBLE_DEVICES": ""}.items():
-        monkeypatch.setenv(name, value)
+    _mpirun_here(monkeypatch)
     job_id = submit(tmp_path, "training.execution_environment=parallel", "training.comm=mpi", "cluster.tasks_per_node=2",
                     f"data.root={digits_root}", "training.max_epochs=1000", "training.mini_batch_size=16",
                     "training.verbose=false", "cluster.time=00:05:00")

@@ -102,8 +102,12 @@ class Job:
     def error(self) -> str:
         """Why the job failed: the root-cause rank's own error first (which rank, on which host, the user's
         exception and traceback; see verdict), then what the scheduler said of failed tasks (srun names a lost
-        rank); rank 0's stderr tail when no rank recorded a traceback."""
-        stderr = "\n".join(self.logs(0, "stderr").splitlines()[-200:])
+        rank); rank 0's stderr tail when no rank recorded a traceback, the job's own (its launcher's, as mpirun
+        refusing to start) where rank 0 wrote nothing."""
+        said = self.logs(0, "stderr")
+        if not said.strip() and self.log_path(0, "stderr") != self.folder / LOGS / stream_log("stderr"):
+            said = (read_job_file(self.folder, Path(LOGS) / stream_log("stderr")) or b"").decode(errors="replace")
+        stderr = "\n".join(said.splitlines()[-200:])
         tasks = "\n".join(line for line in stderr.splitlines() if line.startswith("srun: error:"))
         root = self.verdict().root
         own = failing_rank({"rank": root["rank"], "rank_host": root.get("host"), "traceback": root["traceback"]}) \
