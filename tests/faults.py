@@ -49,6 +49,24 @@ def steps_forever(config):
         time.sleep(0.1)
 
 
+def recv_on_rank_2(config):
+    """Steps as steps_forever, but rank 2 then waits for a message rank 0 never sends: every rank waits in a
+    collective or a receive, so only the flight recorder tells which is behind."""
+    rank, step = _join(), 0
+    while True:
+        step += 1
+        dist.all_reduce(torch.ones(1))
+        hpcdl.report(step, 1.0 / step)
+        if rank == 2 and step == 5:
+            wait_for_a_message_never_sent()
+        time.sleep(0.1)
+
+
+def wait_for_a_message_never_sent():
+    print(f"fault at {time.time()}", flush=True)
+    dist.recv(torch.zeros(1), src=0)
+
+
 def nap_before_all_reduce():
     print(f"fault at {time.time()}", flush=True)
     time.sleep(float(os.environ.get("FAULT_NAP_S", "0")))

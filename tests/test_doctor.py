@@ -18,7 +18,8 @@ import torch
 
 from hpcdl.config.cluster import DEFAULT_EXPORT
 from hpcdl.distributed import failures, stacks
-from hpcdl.lifecycle.diagnosis import judge, launcher_records, missing_ranks
+from hpcdl.distributed.flight_recorder import missing_ranks
+from hpcdl.lifecycle.diagnosis import judge, launcher_records
 from hpcdl.store.files import FAILURE, FAILURES, LOGS, MANIFEST, STACKS
 from tests.faults import cli, hang_verdict, heartbeat_of, root_line, submit, verdict_after, wait_for, write_faults
 
@@ -78,7 +79,7 @@ def test_stacks_are_grouped_and_the_rank_outside_the_collective_is_the_outlier()
     assert stacks.outliers(grouped) == [([2], napping)]
     assert stacks.outliers(stacks.groups({0: {"main": waiting}, 1: {"main": waiting}})) == []
     assert missing_ranks({0: (41, "nccl:all_reduce"), 1: (40, "nccl:all_reduce"), 3: (41, "nccl:all_reduce")}, 4) \
-        == "NCCL flight recorder: rank(s) 1,2 missing from collective #41 (nccl:all_reduce); no dump from rank(s) 2"
+        == "flight recorder: rank(s) 1,2 missing from collective #41 (nccl:all_reduce); no dump from rank(s) 2"
 
 
 def test_an_exception_on_rank_1_of_4_is_the_root_cause_not_rank_0s_timeout(store: Path, tmp_path: Path) -> None:
@@ -124,9 +125,28 @@ def test_a_rank_sleeping_before_an_all_reduce_is_named_with_its_stack(store: Pat
     folder = store / job_id
     why, ended_s = hang_verdict(user, folder, job_id, 2, 5, HOST, 120)
     assert "time.sleep(float(os.environ" in why and "ranks 0,1,3: waiting in all_reduce" in why, why
+    assert re.search(r"^flight recorder: rank\(s\) 2 missing from collective #\d+ \(gloo:all_reduce\)$", why, re.M), why
     assert sorted(p.name for p in (folder / STACKS).glob("rank*.json")) == [f"rank{r}.json" for r in range(4)]
     assert ended_s < 5 + 25, (ended_s, why)  # 5 s without a step, a tick, the stacks, the end
     print(f"hang: the verdict and the job's end {ended_s:.1f} s after the nap began (hang_timeout_s=5)")
+
+
+def test_a_rank_waiting_for_a_message_never_sent_is_named_from_the_flight_recorder(
+        store: Path, tmp_path: Path) -> None:
+    """Rank 2 waits in a receive from rank 0, which waits with the others in the next all-reduce: every stack is
+    in a collective, so the stacks name no outlier; the dumps each rank writes on the hang show rank 2 behind
+    the newest all-reduce, and it is the root cause, with its stack, long before the collective timeout."""
+    user = write_faults(tmp_path / "user")
+    job_id = submit(user, "entry=faults:recv_on_rank_2", *FAST, "cluster.hang_timeout_s=5",
+                    "cluster.collective_timeout_s=120")
+    folder = store / job_id
+    wait_for(lambda: heartbeat_of(folder, 2).get("steps", 0) >= 5, 120, "rank 2 reached its receive")
+    why, ended_s = verdict_after(user, folder, job_id, time.time())
+    root = root_line(why)
+    assert root.startswith(f"root cause: rank 2 on {HOST} (pid ") and "Hang: not in the collective" in root, why
+    assert "in wait_for_a_message_never_sent" in why and "OUTLIER rank 2: waiting in recv" in why, why
+    assert re.search(r"^flight recorder: rank\(s\) 2 missing from collective #\d+ \(gloo:all_reduce\)$", why, re.M), why
+    assert ended_s < 5 + 25, (ended_s, why)
 
 
 FLIGHT_RECORDED = """

@@ -141,7 +141,7 @@ def test_before_hang_timeout_a_stall_is_a_hang_only_where_other_ranks_wait_in_a_
     compiling = [["loop.py", 1, "run_epochs", ""], ["eval_frame.py", 2, "_fn", ""]]
     waiting = [["loop.py", 1, "run_epochs", ""], ["distributed_c10d.py", 3, "all_reduce", ""]]
     asked = {"stacks": {0: compiling, 1: compiling}}
-    monkeypatch.setattr(hangs.stacks, "request", lambda folder: "asked")
+    monkeypatch.setattr(hangs.stacks, "request", lambda folder, flight: "asked")
     monkeypatch.setattr(hangs.stacks, "collect", lambda folder, token, world, wait: {
         rank: {"main": stack, "host": "n1", "pid": 100 + rank} for rank, stack in asked["stacks"].items()})
     ended = []

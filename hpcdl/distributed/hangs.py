@@ -3,9 +3,11 @@
 The lead rank reads every rank's step count from its heartbeat (``hpcdl.distributed.heartbeat``; a script's
 ``hpcdl.report`` steps reach it through ``hpcdl.distributed.script_steps``). A rank whose count has not moved for
 ``hang_timeout_s`` (``hang_startup_s`` before its first step, where steps are sure to come: the built-in trainer;
-your own code is watched once it reports one) while it still heartbeats is hung: the lead asks every rank for its Python stacks
-(``hpcdl.distributed.stacks``), groups them, records the rank(s) outside the collective the others wait in as
-the cause (with its stack), records the job FAILED naming them, and ends itself, so that the job ends.
+your own code is watched once it reports one) while it still heartbeats is hung: the lead asks every rank for its
+Python stacks (``hpcdl.distributed.stacks``) and flight-recorder dump, groups the stacks, records as the cause
+(with its stack) the rank(s) outside the collective the others wait in, or, where every rank that answered waits
+in one, those the flight recorder shows behind the newest collective; it records the job FAILED naming them and
+ends itself, so that the job ends.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from hpcdl.distributed import failures, stacks
+from hpcdl.distributed import failures, flight_recorder, stacks
 from hpcdl.distributed.restarts import JobRuns, record_failure
 from hpcdl.errors import FolderGoneError, HpcdlError
-from hpcdl.store.files import HEARTBEAT, HEARTBEATS
+from hpcdl.store.files import HEARTBEAT, HEARTBEATS, NCCL_TRACE
 from hpcdl.store.folders import read_json
 
 STACKS_WAIT_S = 10.0
@@ -92,18 +94,21 @@ class HangWatcher:
     def diagnose(self, rank: int, steps: int, stalled_s: float) -> None:
         """Gather every rank's stacks, record the outliers as the cause and FAILED, and end this rank; before
         ``timeout_s``, only where some ranks wait in a collective for one outside it (else counted afresh)."""
-        asked = stacks.request(self.folder)
+        asked = stacks.request(self.folder, flight=True)
         found = stacks.collect(self.folder, asked, self.world_size, STACKS_WAIT_S)
         grouped = stacks.groups(found)
-        outliers = stacks.outliers(grouped)
         waiting = any(stacks.in_collective(stack) for _, stack in grouped)
+        outliers = stacks.outliers(grouped) or (late_groups(self.folder, found, self.world_size) if waiting else [])
         if steps > 0 and stalled_s <= self.timeout_s and not (waiting and outliers):
             self.seen = {r: (progress, time.monotonic()) for r, (progress, _) in self.seen.items()}
+            for other in range(self.world_size):  # no verdict may read this moment's dumps later
+                with contextlib.suppress(OSError):
+                    (self.folder / f"{NCCL_TRACE}{other}").unlink()
             return  # no rank waits for another: not yet a hang
-        reason = hang_reason(found, self.world_size, rank, steps, stalled_s)
+        reason = hang_reason(found, self.world_size, rank, steps, stalled_s, outliers)
         for ranks, stack in outliers:
             for outlier in ranks:
-                entry = found[outlier]
+                entry = found.get(outlier, {})
                 failures.record(self.folder, outlier, "Hang", f"not in the collective the other ranks wait in "
                                 f"(no step for {stalled_s:.0f} s)", stacks.format_stack(stack), run=self.token,
                                 how="hang", host=entry.get("host"), pid=entry.get("pid"), noted_by=self.rank,
@@ -114,12 +119,22 @@ class HangWatcher:
         os._exit(1)
 
 
-def hang_reason(found: dict[int, dict[str, Any]], world_size: int, rank: int, steps: int, stalled_s: float) -> str:
-    """One line: which rank made no step for how long, and which rank(s) the others wait for."""
+def late_groups(folder: Path, found: dict[int, dict[str, Any]],
+                world_size: int) -> list[tuple[list[int], list[list[Any]]]]:
+    """The ranks the flight recorder's dumps show behind the newest collective, each with its stack (none where it
+    gave none): the outliers where the stacks alone tell none (every rank that answered waits in a collective)."""
+    late = flight_recorder.lagging_ranks(flight_recorder.newest_collectives(folder, world_size), world_size)
+    return [([r], found.get(r, {}).get("main") or []) for r in late]
+
+
+def hang_reason(found: dict[int, dict[str, Any]], world_size: int, rank: int, steps: int, stalled_s: float,
+                outliers: Optional[list[tuple[list[int], list[list[Any]]]]] = None) -> str:
+    """One line: which rank made no step for how long, and which rank(s) the others wait for (``outliers``;
+    those of the stacks when not given)."""
     head = (f"hang: rank {rank} made no step for {stalled_s:.0f} s" + (f" after step {steps}" if steps else "")
             + f"; stacks of {len(found)} of {world_size} ranks in the job folder")
     grouped = stacks.groups(found)
-    odd = [r for ranks, _ in stacks.outliers(grouped) for r in ranks]
+    odd = [r for ranks, _ in (stacks.outliers(grouped) if outliers is None else outliers) for r in ranks]
     silent = [r for r in range(world_size) if r not in found]
     if silent:
         head += f"; rank(s) {', '.join(map(str, silent))} gave none (stuck outside Python?)"
@@ -127,5 +142,6 @@ def hang_reason(found: dict[int, dict[str, Any]], world_size: int, rank: int, st
         return head
     waiting = next((group for group in grouped if stacks.in_collective(group[1])), None)
     where = f" the others wait in {stacks.in_collective(waiting[1])}" if waiting else " the others are in"
-    hosts = ", ".join(f"rank {r} (host {found[r].get('host')}, pid {found[r].get('pid')})" for r in odd)
+    hosts = ", ".join(f"rank {r} (host {found[r].get('host')}, pid {found[r].get('pid')})" if r in found
+                      else f"rank {r}" for r in odd)
     return f"{head}: {hosts} not where{where}"

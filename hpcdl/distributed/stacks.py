@@ -5,9 +5,10 @@ writes ``rank-stacks/rankN.json``: its main thread's frames (``sys._current_fram
 sleeping or looping in Python still answers; one that does not has stopped heartbeating too) and its other
 threads' text. A script's rank gives the script's own stack from ``py-spy dump`` where py-spy is installed. The
 requests go through the job folder, so that one mechanism reaches every rank on every node, under any launcher
-(hpcdl's, srun, mpirun). On a hang (``hpcdl.distributed.hangs``) and with ``jobs stacks`` the ranks' stacks are
-grouped: the ranks waiting in the same collective make one group, and a rank elsewhere (still computing,
-sleeping, stuck in I/O) is the outlier the others wait for.
+(hpcdl's, srun, mpirun); on a hang each rank writes its flight-recorder dump too. On a hang
+(``hpcdl.distributed.hangs``) and with ``jobs stacks`` the ranks' stacks are grouped: the ranks waiting in the
+same collective make one group, and a rank elsewhere (still computing, sleeping, stuck in I/O) is the outlier the
+others wait for.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional
 
+from hpcdl.distributed import flight_recorder
 from hpcdl.distributed.env import node_name
 from hpcdl.errors import FolderGoneError, HpcdlError
 from hpcdl.store.atomic import atomic_write_text, make_folder
@@ -66,22 +68,31 @@ def _serve(folder: Path, rank: int) -> None:
         if asked is not None and asked != answered:
             answered = asked
             with contextlib.suppress(OSError, FolderGoneError, HpcdlError):
+                if _request(folder).get("flight"):  # before the stacks: who has those has this rank's dump
+                    flight_recorder.dump(folder, rank)
                 dump(folder, rank, asked)
 
 
-def _request_id(folder: Path) -> Optional[str]:
+def _request(folder: Path) -> dict[str, Any]:
     try:
         found = read_json(folder / STACKS / STACKS_REQUEST)
     except (OSError, ValueError, HpcdlError):
-        return None
-    return str(found.get("id")) if isinstance(found, dict) else None
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
-def request(folder: Path) -> str:
-    """Ask every rank of the job in ``folder`` for its stacks; returns the request's id."""
+def _request_id(folder: Path) -> Optional[str]:
+    found = _request(folder).get("id")
+    return None if found is None else str(found)
+
+
+def request(folder: Path, flight: bool = False) -> str:
+    """Ask every rank of the job in ``folder`` for its stacks (``flight``: and its flight-recorder dump, which
+    a verdict reads: asked on a hang only, not of a healthy job); returns the request's id."""
     asked = uuid.uuid4().hex
     make_folder(folder / STACKS)
-    atomic_write_text(folder / STACKS / STACKS_REQUEST, json.dumps({"id": asked, "time": time.time()}))
+    atomic_write_text(folder / STACKS / STACKS_REQUEST, json.dumps({"id": asked, "time": time.time(),
+                                                                   "flight": flight}))
     return asked
 
 

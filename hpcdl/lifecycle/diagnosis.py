@@ -10,8 +10,6 @@ ends after it, with --kill-on-bad-exit, are victims).
 
 from __future__ import annotations
 
-import io
-import pickle
 import re
 import time
 from dataclasses import dataclass, field
@@ -19,10 +17,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from hpcdl.distributed import failures, stacks
+from hpcdl.distributed.flight_recorder import lagging_ranks, missing_ranks, newest_collectives
 from hpcdl.errors import HpcdlError
-from hpcdl.store.files import HEARTBEAT, HEARTBEATS, NCCL_TRACE
+from hpcdl.store.files import HEARTBEAT, HEARTBEATS
 from hpcdl.store.folders import read_json
-from hpcdl.store.safety import read_job_file
 
 SRUN_ERROR = re.compile(r"^srun: error: (\S+): tasks? ([\d,\-]+): (.+)$")
 MPIRUN_NOTICED = re.compile(r"process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+) \(([^)]+)\)")
@@ -39,7 +37,7 @@ class Verdict:
     groups: list[tuple[list[int], list[list[Any]]]] = field(default_factory=list)
     """The ranks' stacks of the newest request, grouped (biggest group first); empty when none were asked."""
     flight: str = ""
-    """What NCCL's flight recorder dumps say of the ranks missing from a collective."""
+    """What the flight recorder's dumps say of the ranks missing from a collective."""
 
 
 def _task_ranks(text: str) -> list[int]:
@@ -102,7 +100,7 @@ def _late_rank(folder: Path, rank: int, collective: int, name: str) -> dict[str,
     """A cause record for a rank the flight recorder shows missing from the collective the others entered."""
     beat = _heartbeat(folder, rank)
     return {"rank": rank, "host": beat.get("host", ""), "pid": beat.get("pid") or 0, "how": "hang", "type": "Hang",
-            "message": f"missing from collective #{collective} ({name}) that the other ranks entered (NCCL flight "
+            "message": f"missing from collective #{collective} ({name}) that the other ranks entered (the flight "
                        "recorder)", "traceback": "", "cause": True, "time": None}
 
 
@@ -158,7 +156,10 @@ def describe(verdict: Verdict) -> str:
             lines.append(line if len(line) <= LINE_WIDTH else line[:LINE_WIDTH - 3] + "...")
     if verdict.groups:
         lines.append(f"stacks ({len(verdict.groups)} group(s) of identical stacks):")
-        odd = {tuple(ranks) for ranks, _ in stacks.outliers(verdict.groups)}
+        hung = {entry["rank"] for entry in [verdict.root, *verdict.victims]
+                if entry and entry.get("cause") and entry.get("how") == "hang"}  # the flight recorder's too
+        odd = {tuple(ranks) for ranks, _ in stacks.outliers(verdict.groups)} | \
+            {tuple(ranks) for ranks, _ in verdict.groups if hung & set(ranks)}
         for ranks, stack in verdict.groups:
             waits = stacks.in_collective(stack)
             top = f"{Path(str(stack[-1][0])).name}:{stack[-1][1]} in {stack[-1][2]}" if stack else "(no frames)"
@@ -170,57 +171,3 @@ def describe(verdict: Verdict) -> str:
     if verdict.flight:
         lines.append(verdict.flight)
     return "\n".join(lines)
-
-
-class _DataOnly(pickle.Unpickler):
-    """Unpickles plain data only (the flight recorder's dicts, lists, strings, numbers): no class is loaded."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
-
-
-def newest_collectives(folder: Path, world_size: int) -> dict[int, tuple[int, str]]:
-    """Each rank's newest collective (sequence number, name) in NCCL's flight recorder dumps (one per rank,
-    written on a collective timeout); empty when there are none."""
-    newest: dict[int, tuple[int, str]] = {}
-    for rank in range(world_size):
-        data = read_job_file(folder, f"{NCCL_TRACE}{rank}")
-        if not data:
-            continue
-        try:
-            dump = _DataOnly(io.BytesIO(data)).load()
-        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError):
-            continue
-        entries = [e for e in dump.get("entries", []) if isinstance(e, dict) and _in_default_group(e)] \
-            if isinstance(dump, dict) else []
-        seqs = [(int(e.get("collective_seq_id") or 0), str(e.get("profiling_name", "?"))) for e in entries]
-        newest[rank] = max(seqs) if seqs else (0, "none")
-    return newest
-
-
-def _in_default_group(entry: dict[str, Any]) -> bool:
-    """Whether a flight-recorder entry is of the default process group (the trainer's, DDP's): sequence numbers
-    count per group, so only one group's are compared."""
-    group = entry.get("process_group")
-    return entry.get("pg_id") == 0 or (isinstance(group, (list, tuple)) and bool(group) and str(group[0]) == "0")
-
-
-def lagging_ranks(newest: dict[int, tuple[int, str]], world_size: int) -> list[int]:
-    """The ranks behind the newest collective any dumped rank entered (those that dumped none included)."""
-    if not newest:
-        return []
-    top = max(newest.values())[0]
-    return sorted(rank for rank in range(world_size) if newest.get(rank, (-1, ""))[0] < top)
-
-
-def missing_ranks(newest: dict[int, tuple[int, str]], world_size: int) -> str:
-    """One line from each dumped rank's newest (collective sequence number, name)."""
-    if not newest:
-        return ""
-    top, name = max(newest.values())
-    missing = lagging_ranks(newest, world_size)
-    if not missing:
-        return f"NCCL flight recorder: every rank of {len(newest)} dumped reached collective #{top} ({name})"
-    undumped = [rank for rank in missing if rank not in newest]
-    return (f"NCCL flight recorder: rank(s) {','.join(map(str, missing))} missing from collective #{top} ({name})"
-            + (f"; no dump from rank(s) {','.join(map(str, undumped))}" if undumped else ""))
