@@ -24,6 +24,7 @@ def test_a_healthy_gpu_node_passes_every_check_in_under_45_s(tmp_path: Path) -> 
     assert seconds < 45
     assert all(checks[name].status == "passed" for name in ("gpus", "gemm", "hbm", "store", "data", "scratch")), checks
     assert checks["nvml"].status in ("passed", "skipped"), checks["nvml"]
+    assert checks["xid"].status in ("passed", "skipped"), checks["xid"]  # skipped where the kernel log is closed
 
 
 def test_asking_for_more_gpus_than_the_node_has_fails_the_gpu_check() -> None:

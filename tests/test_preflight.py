@@ -3,13 +3,15 @@ written, a missing data root), and a job whose node fails is ended naming the no
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import json
 import os
+import pwd
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -37,6 +39,79 @@ def test_each_check_catches_its_fault_and_passes_a_healthy_node(tmp_path: Path) 
     assert checks["gpus"].status == "skipped"
     assert [p.name for p in job.iterdir()] == ["preflight-results"]  # the store's probe file is gone
     assert list((job / "preflight-results").iterdir()) == []
+
+
+XID_LOG = """\
+NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024
+NVRM: Xid (PCI:0000:3b:00): 13, pid=2142, name=python, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)
+NVRM: Xid (PCI:0000:3b:00): 31, pid=2142, name=python, Ch 00000008, intr 00000000. MMU Fault
+NVRM: Xid (PCI:0000:86:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+NVRM: GPU at PCI:0000:86:00: GPU-5b3a0c1e-1f0a-2b3c-4d5e-6f7a8b9c0d1e
+NVRM: Xid (PCI:0000:3B:00): 94, pid=2142, name=python, Contained: SM (0x1). RST: No, D-RST: No
+NVRM: Xid (PCI:0000:3b:00): 94, pid=2150, name=python, Contained: SM (0x1). RST: No, D-RST: No
+"""
+
+
+def test_the_xid_check_names_each_gpu_fault_of_the_kernel_log_and_not_a_programs_own() -> None:
+    """The driver's Xid lines as the kernel logs them: 79 (fallen off the bus) and 94 (contained ECC, twice, the
+    PCI address in either case) are faults of the GPU; 13 and 31 are a program's (an exception, a bad address)."""
+    assert preflight.xid_faults(XID_LOG.splitlines()) == \
+        "GPU 0000:3b:00: Xid 94 (contained ECC error) x2; GPU 0000:86:00: Xid 79 (GPU has fallen off the bus)"
+    assert preflight.xid_faults([line for line in XID_LOG.splitlines() if ": 13," in line or ": 31," in line]) is None
+
+
+@pytest.mark.skipif(os.getuid() != 0 or shutil.which("dmesg") is None,
+                    reason="reads the kernel log as root and as another user")
+def test_the_kernel_log_is_read_where_it_may_be_and_the_xid_check_is_skipped_where_not(tmp_path: Path) -> None:
+    """As root this machine's own kernel log is read (its boot messages); a user without CAP_SYSLOG under
+    kernel.dmesg_restrict=1 gets a skipped check that says why, not a pass."""
+    try:
+        lines = preflight.kernel_log()
+    except preflight.SkipCheck as e:  # a container without CAP_SYSLOG: not even root may read it
+        pytest.skip(str(e))
+    assert lines and preflight.xid_faults(lines) is None, lines[-5:]
+    if Path("/proc/sys/kernel/dmesg_restrict").read_text().strip() != "1":
+        pytest.skip("kernel.dmesg_restrict is 0 here: every user may read the kernel log")
+    user = "hpcdl-other"
+    if subprocess.run(["id", user], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "-m", user], check=True, capture_output=True)
+    account = pwd.getpwnam(user)
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # this process's code, run as the other user
+        try:
+            os.setgroups([])
+            os.setgid(account.pw_gid)
+            os.setuid(account.pw_uid)
+            try:
+                said = f"read {len(preflight.kernel_log())} lines"
+            except preflight.SkipCheck as e:
+                said = f"skipped: {e}"
+            os.write(write_end, said.encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as answer:
+        said = answer.read().decode()
+    os.waitpid(child, 0)
+    assert said.startswith("skipped: the kernel log is not readable here (dmesg: "), said
+    assert "not permitted" in said, said
+
+
+def test_a_check_still_running_at_the_nodes_budget_fails_the_node_and_the_rest_are_skipped() -> None:
+    """A check that never returns (a wedged GPU's kernel, a hung mount) fails at the budget, naming itself; the
+    checks before it keep their outcome, those after it are skipped; the whole is done within the budget."""
+    released = threading.Event()
+    started = time.monotonic()
+    checks = preflight.run_within([("store", lambda: None), ("gemm", lambda: released.wait(60) and None),
+                                   ("scratch", lambda: None)], budget_s=2.0)
+    took = time.monotonic() - started
+    released.set()
+    assert [(c.name, c.status) for c in checks] == [("store", "passed"), ("gemm", "failed"), ("scratch", "skipped")]
+    assert checks[1].detail.startswith("still running after 2 s, past the node's 2 s for every check"), checks[1]
+    assert checks[2].detail == "no time left: gemm overran"
+    assert 2.0 <= took < 3.0, took
+    assert preflight.failure_words("n2", checks).startswith("node n2 failed preflight: gemm (still running")
 
 
 def test_a_job_s_preflight_leaves_the_store_root_unchanged_and_skips_the_all_reduce_on_one_node(

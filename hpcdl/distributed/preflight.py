@@ -2,21 +2,26 @@
 
 Checks, each named in the result: the GPUs the job asked for are visible; NVML's health where pynvml answers
 (uncorrected ECC errors, retired or remapped rows pending, throttling for a hardware reason, a PCIe link below its
-maximum); a bf16 matrix product at an expected fraction of the GPU's peak; an HBM write/read pattern; the store
+maximum); no Xid event of a GPU fault in the kernel log since boot, where it can be read; a bf16 matrix product
+at an expected fraction of the GPU's peak; an HBM write/read pattern over most of the free memory; the store
 and the data root readable and writable (the data root readable); node-local scratch free. GPU checks are skipped,
 said so, without a GPU. The store is probed inside the job's own results folder, never in the store's root (whose
 time of change makes the job index look again). Then the all-reduce across the allocation (hpcdl.distributed.busbw).
 The node's result goes to ``preflight-results/NODE.preflight.json`` in the job folder. A node that fails is named
-with its failed checks; on Slurm the first run of the job is queued again with that node excluded
-(the backend's ``requeue_excluding``), recorded in the job's events; a second failure fails the job.
+with its failed checks; the checks run within BUDGET_S in all, and one still running then fails the node. On
+Slurm the first run of the job is queued again with that node excluded (the backend's ``requeue_excluding``),
+recorded in the job's events; a second failure fails the job.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -142,20 +147,94 @@ def check_gemm(fraction: float = GEMM_FRACTION) -> Optional[str]:
     return "; ".join(problems) or None
 
 
-def check_hbm(gib: float = 1.0) -> Optional[str]:
-    """A pattern written to ``gib`` GiB of each GPU's memory reads back unchanged."""
+HBM_SHARE = 0.8
+"""The share of each GPU's free memory the HBM pattern covers (held at once, so that it spans the memory)."""
+HBM_CHUNK_WORDS = 256 * 1024**2
+"""The most words (int32) per allocation of the pattern, each compared at once (1 GiB)."""
+HBM_KEYS = (0x5A5A5A5A, -0x5A5A5A5B)
+"""The patterns' keys: the word's index XOR each, so that every bit is written as 0 and as 1."""
+
+
+def check_hbm(share: float = HBM_SHARE) -> Optional[str]:
+    """A pattern written over ``share`` of each GPU's free memory reads back unchanged, with every bit written
+    both ways (two passes)."""
     torch = _cuda()
     problems = []
     for index in range(torch.cuda.device_count()):
-        count = int(gib * 1024**3 // 4)
-        pattern = torch.arange(count, device=f"cuda:{index}", dtype=torch.int32) ^ 0x5A5A5A5A
-        copy = pattern.clone()
-        if not torch.equal(copy, pattern) or not torch.equal(copy ^ 0x5A5A5A5A, torch.arange(
-                count, device=f"cuda:{index}", dtype=torch.int32)):
-            problems.append(f"GPU {index}: memory pattern read back changed")
-        del pattern, copy
+        device = f"cuda:{index}"
+        free, _ = torch.cuda.mem_get_info(device)
+        words = int(free * share) // 4
+        step = min(HBM_CHUNK_WORDS, max(1, words // 8))  # the rest of the free memory holds a slice to compare
+        chunks = [torch.empty(min(step, words - start), device=device, dtype=torch.int32)
+                  for start in range(0, words, step)]
+        bad = 0
+        for key in HBM_KEYS:
+            for number, chunk in enumerate(chunks):
+                torch.arange(number * step, number * step + chunk.numel(), device=device, dtype=torch.int32,
+                             out=chunk).bitwise_xor_(key)
+            for number, chunk in enumerate(chunks):
+                expected = torch.arange(number * step, number * step + chunk.numel(), device=device,
+                                        dtype=torch.int32).bitwise_xor_(key)
+                bad += int((chunk != expected).sum())
+                del expected
+        torch.cuda.synchronize(device)
+        covered = sum(chunk.numel() for chunk in chunks) * 4 / 1024**3
+        del chunks
         torch.cuda.empty_cache()
+        if bad:
+            problems.append(f"GPU {index}: {bad} word(s) of the memory pattern read back changed "
+                            f"({covered:.1f} GiB written twice)")
     return "; ".join(problems) or None
+
+
+XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+),? ?(.*)$")
+"""The driver's line for an Xid event in the kernel log: ``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., ...``."""
+XID_NODE_FAULTS = {48: "double-bit ECC error", 61: "internal micro-controller breakpoint",
+                   62: "internal micro-controller halt", 63: "ECC page retirement or row remapping event",
+                   64: "ECC page retirement or row remapping failure", 74: "NVLink error",
+                   79: "GPU has fallen off the bus", 92: "high single-bit ECC error rate",
+                   94: "contained ECC error", 95: "uncontained ECC error", 119: "GSP RPC timeout",
+                   120: "GSP error", 122: "SPI PMU RPC read failure", 123: "SPI PMU RPC write failure",
+                   140: "unrecovered ECC error"}
+"""Xid events that tell of the GPU or its links, not of a program (13, 31, 43, 45: a program's fault or end),
+by NVIDIA's Xid catalogue."""
+
+
+def kernel_log() -> list[str]:
+    """The kernel's messages since boot (dmesg, else journalctl -k); SkipCheck where neither may be read here
+    (kernel.dmesg_restrict for a user without CAP_SYSLOG)."""
+    said = []
+    for command in (["dmesg", "--notime"], ["journalctl", "-k", "-b", "-q", "--no-pager", "-o", "cat"]):
+        if shutil.which(command[0]) is None:
+            continue
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=10)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            said.append(f"{command[0]}: {e}")
+            continue
+        if done.returncode == 0 and done.stdout.strip():
+            return done.stdout.splitlines()
+        said.append(f"{command[0]}: {(done.stderr.strip() or 'nothing').splitlines()[-1]}")
+    raise SkipCheck("the kernel log is not readable here (" + "; ".join(said or ["no dmesg or journalctl"]) + ")")
+
+
+def xid_faults(lines: list[str]) -> Optional[str]:
+    """The Xid events of GPU faults among kernel log ``lines``, counted by GPU (PCI address) and Xid; None
+    when there are none."""
+    counts: dict[tuple[str, int], int] = {}
+    for line in lines:
+        found = XID_LINE.search(line)
+        if found is not None and int(found.group(2)) in XID_NODE_FAULTS:
+            key = (found.group(1).lower(), int(found.group(2)))
+            counts[key] = counts.get(key, 0) + 1
+    return "; ".join(f"GPU {pci}: Xid {xid} ({XID_NODE_FAULTS[xid]})" + (f" x{n}" if n > 1 else "")
+                     for (pci, xid), n in sorted(counts.items())) or None
+
+
+def check_xid() -> Optional[str]:
+    """No Xid event of a GPU fault in the kernel log since boot, where it can be read."""
+    _cuda()
+    return xid_faults(kernel_log())
 
 
 def check_writable(folder: Path, what: str) -> Optional[str]:
@@ -201,14 +280,43 @@ def check_scratch(least_gib: float = SCRATCH_MIN_GIB) -> Optional[str]:
     return None if free >= least_gib else f"scratch {scratch} has {free:.1f} GiB free, under {least_gib:g} GiB"
 
 
-def run_checks(job: Path, data_root: Optional[str], gpus_asked: int) -> list[Check]:
-    """Every check of this node, in order; ``job``: the job folder (the store is probed inside it)."""
-    checks = [_run("gpus", lambda: check_gpus(gpus_asked)), _run("nvml", check_nvml), _run("gemm", check_gemm),
-              _run("hbm", check_hbm), _run("store", lambda: check_store(job))]
+BUDGET_S = 45.0
+"""The time a node's checks have in all: a check still running then (a wedged GPU, a hung filesystem) fails the
+node, and the checks after it are skipped."""
+
+
+def run_checks(job: Path, data_root: Optional[str], gpus_asked: int, budget_s: float = BUDGET_S) -> list[Check]:
+    """Every check of this node, in order, within ``budget_s``; ``job``: the job folder (the store is probed
+    inside it)."""
+    checks: list[tuple[str, Callable[[], Optional[str]]]] = [
+        ("gpus", lambda: check_gpus(gpus_asked)), ("nvml", check_nvml), ("xid", check_xid), ("gemm", check_gemm),
+        ("hbm", check_hbm), ("store", lambda: check_store(job))]
     if data_root is not None and "://" not in data_root:
-        checks.append(_run("data", lambda: check_readable(Path(data_root).expanduser(), "the data root")))
-    checks.append(_run("scratch", check_scratch))
-    return checks
+        checks.append(("data", lambda: check_readable(Path(data_root).expanduser(), "the data root")))
+    checks.append(("scratch", check_scratch))
+    return run_within(checks, budget_s)
+
+
+def run_within(checks: list[tuple[str, Callable[[], Optional[str]]]], budget_s: float) -> list[Check]:
+    """Run the named ``checks`` in order, each in a thread of its own: one still running when ``budget_s`` has
+    passed since the first started is failed (it is left behind, a daemon thread) and the rest are skipped."""
+    deadline = time.monotonic() + budget_s
+    done: list[Check] = []
+    for number, (name, check) in enumerate(checks):
+        outcome: list[Check] = []
+        started = time.monotonic()
+        worker = threading.Thread(target=lambda: outcome.append(_run(name, check)), name=f"hpcdl-preflight-{name}",
+                                  daemon=True)
+        worker.start()
+        worker.join(max(0.0, deadline - time.monotonic()))
+        if outcome:
+            done.append(outcome[0])
+            continue
+        done.append(Check(name, "failed", f"still running after {time.monotonic() - started:.0f} s, past the "
+                                          f"node's {budget_s:.0f} s for every check (a hung GPU or filesystem?)"))
+        done += [Check(later, "skipped", f"no time left: {name} overran") for later, _ in checks[number + 1:]]
+        break
+    return done
 
 
 def write_result(folder: Path, node: str, checks: list[Check], seconds: float, **fields: Any) -> Path:
@@ -227,6 +335,8 @@ ADVICE = {
     "nvml": "drain the node and have its GPU checked (ECC, row remapping, throttling or PCIe link)",
     "gemm": "drain the node: its GPU computes below its rate (clocks, power, cooling)",
     "hbm": "drain the node: its GPU memory does not hold a pattern",
+    "xid": "drain the node and have its GPU checked: the driver logged a GPU fault (Xid) since boot; a reboot "
+           "clears the log once the GPU is fixed",
     "store": "set cluster.store to a folder every node can write (a shared filesystem)",
     "data": "give data.root a path mounted on every node (or a URL the nodes can read)",
     "scratch": "free node-local scratch, or point TMPDIR at a larger local disk (cluster.env.TMPDIR)",
