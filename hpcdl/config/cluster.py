@@ -133,8 +133,8 @@ class ClusterConfig:
     """The same before the first step, for the built-in trainer (user code is watched once it reports a step),
     >= hang_timeout_s."""
     preflight: str = "auto"
-    """Each node checks itself before the ranks meet (GPUs, NVML health, a bf16 GEMM, HBM, store, data root,
-    scratch), then an all-reduce across the nodes: on, off, or auto (on for several nodes and for GPU jobs). On Slurm a failing node is excluded and the
+    """Each node checks itself before the ranks meet (GPUs, NVML health, Xid events, a bf16 GEMM, HBM, store,
+    data root, scratch), then an all-reduce across the nodes: on, off, or auto (on for several nodes and for GPU jobs). On Slurm a failing node is excluded and the
     job queued again once."""
     preflight_allreduce_mb: int = 64
     """Size of the preflight's timed all-reduce across the allocation (one rank per node), in MB, >= 1."""
