@@ -152,7 +152,15 @@ HBM_SHARE = 0.8
 HBM_CHUNK_WORDS = 256 * 1024**2
 """The most words (int32) per allocation of the pattern, each compared at once (1 GiB)."""
 HBM_KEYS = (0x5A5A5A5A, -0x5A5A5A5B)
-"""The patterns' keys: the word's index XOR each, so that every bit is written as 0 and as 1."""
+"""The patterns' keys: the word's index in its chunk XOR each (and the chunk's number), so that every bit is
+written as 0 and as 1."""
+
+
+def _chunk_key(key: int, number: int) -> int:
+    """The key of chunk ``number``'s pattern, as a signed 32-bit value: each chunk's differs, so that memory read
+    back from the wrong address does not match (a word's index within its chunk stays below 2**31)."""
+    mixed = (key ^ (number * 0x01000193)) & 0xFFFFFFFF
+    return mixed - (1 << 32) if mixed >= 1 << 31 else mixed
 
 
 def check_hbm(share: float = HBM_SHARE) -> Optional[str]:
@@ -170,11 +178,11 @@ def check_hbm(share: float = HBM_SHARE) -> Optional[str]:
         bad = 0
         for key in HBM_KEYS:
             for number, chunk in enumerate(chunks):
-                torch.arange(number * step, number * step + chunk.numel(), device=device, dtype=torch.int32,
-                             out=chunk).bitwise_xor_(key)
+                torch.arange(chunk.numel(), device=device, dtype=torch.int32, out=chunk).bitwise_xor_(
+                    _chunk_key(key, number))
             for number, chunk in enumerate(chunks):
-                expected = torch.arange(number * step, number * step + chunk.numel(), device=device,
-                                        dtype=torch.int32).bitwise_xor_(key)
+                expected = torch.arange(chunk.numel(), device=device, dtype=torch.int32).bitwise_xor_(
+                    _chunk_key(key, number))
                 bad += int((chunk != expected).sum())
                 del expected
         torch.cuda.synchronize(device)
