@@ -143,7 +143,8 @@ def test_a_rank_waiting_for_a_message_never_sent_is_named_from_the_flight_record
     wait_for(lambda: heartbeat_of(folder, 2).get("steps", 0) >= 5, 120, "rank 2 reached its receive")
     why, ended_s = verdict_after(user, folder, job_id, time.time())
     root = root_line(why)
-    assert root.startswith(f"root cause: rank 2 on {HOST} (pid ") and "Hang: not in the collective" in root, why
+    assert root.startswith(f"root cause: rank 2 on {HOST} (pid ") and \
+        "Hang: behind the collective the other ranks wait in (flight recorder)" in root, why
     assert "in wait_for_a_message_never_sent" in why and "OUTLIER rank 2: waiting in recv" in why, why
     assert re.search(r"^flight recorder: rank\(s\) 2 missing from collective #\d+ \(gloo:all_reduce\)$", why, re.M), why
     assert ended_s < 5 + 25, (ended_s, why)

@@ -10,34 +10,69 @@ without loading any class (another user's job may have written it).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import pickle
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, Optional
 
+from hpcdl.errors import HpcdlError
 from hpcdl.store.atomic import atomic_save
 from hpcdl.store.files import NCCL_TRACE
 from hpcdl.store.safety import read_job_file
 
 
-def dump(folder: Path, rank: int) -> bool:
-    """Write this rank's flight-recorder dump of its default process group's backend into ``folder``; False
-    where torch.distributed is not in use here or the recorder cannot dump."""
+def _dumper() -> Optional[Callable[..., bytes]]:
+    """The recorder's dump of this process's default group's backend; None where torch.distributed is not in use
+    here or this torch has none."""
     dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return False
-    import torch._C._distributed_c10d as c10d
+    try:
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return None
+        import torch._C._distributed_c10d as c10d
 
-    dumper = getattr(c10d, "_dump_nccl_trace" if dist.get_backend() == "nccl" else "_dump_fr_trace", None)
+        return getattr(c10d, "_dump_nccl_trace" if dist.get_backend() == "nccl" else "_dump_fr_trace", None)
+    except (ImportError, RuntimeError, ValueError):
+        return None
+
+
+def available() -> bool:
+    """Whether this rank can dump a flight record."""
+    return _dumper() is not None
+
+
+def dump(folder: Path, rank: int) -> bool:
+    """Write this rank's flight-recorder dump into ``folder``; False where it has none or the dump fails."""
+    dumper = _dumper()
     if dumper is None:
         return False
     try:
         data = dumper(includeCollectives=True, includeStackTraces=False, onlyActive=False)
-    except (RuntimeError, TypeError):
+    except Exception:  # noqa: BLE001 - a recorder that cannot dump leaves the verdict to the stacks
         return False
-    atomic_save(folder / f"{NCCL_TRACE}{rank}", lambda f: f.write(data))
+    atomic_save(dump_path(folder, rank), lambda f: f.write(data))
     return True
+
+
+def dump_path(folder: Path, rank: int) -> Path:
+    """Rank ``rank``'s dump in the job folder (where NCCL's own dump on a timeout lands too)."""
+    return folder / f"{NCCL_TRACE}{rank}"
+
+
+def remove_dumps(folder: Path, world_size: int) -> None:
+    """Remove every rank's dump: what a later verdict reads is then the newest moment's."""
+    for rank in range(world_size):
+        with contextlib.suppress(OSError):
+            dump_path(folder, rank).unlink()
+
+
+def wait_for_dumps(folder: Path, ranks: Iterable[int], wait_s: float) -> None:
+    """Wait up to ``wait_s`` until each of ``ranks`` has a dump in ``folder``."""
+    deadline = time.monotonic() + wait_s
+    while any(not dump_path(folder, rank).exists() for rank in ranks) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 class _DataOnly(pickle.Unpickler):
@@ -52,16 +87,17 @@ def newest_collectives(folder: Path, world_size: int) -> dict[int, tuple[int, st
     recorder's dumps (one per rank); empty when there are none."""
     newest: dict[int, tuple[int, str]] = {}
     for rank in range(world_size):
-        data = read_job_file(folder, f"{NCCL_TRACE}{rank}")
-        if not data:
-            continue
         try:
-            dump = _DataOnly(io.BytesIO(data)).load()
-        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError):
-            continue
-        entries = [e for e in dump.get("entries", []) if isinstance(e, dict) and _in_default_group(e)] \
-            if isinstance(dump, dict) else []
-        seqs = [(int(e.get("collective_seq_id") or 0), str(e.get("profiling_name", "?"))) for e in entries]
+            data = read_job_file(folder, f"{NCCL_TRACE}{rank}")
+            if not data:
+                continue
+            record = _DataOnly(io.BytesIO(data)).load()
+            entries = [e for e in record.get("entries", []) if isinstance(e, dict) and _in_default_group(e)] \
+                if isinstance(record, dict) else []
+            seqs = [(int(e.get("collective_seq_id") or 0), str(e.get("profiling_name", "?"))) for e in entries]
+        except (OSError, HpcdlError, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
+                IndexError, KeyError):
+            continue  # unreadable, unsafe or not a dump: that rank gave none
         newest[rank] = max(seqs) if seqs else (0, "none")
     return newest
 

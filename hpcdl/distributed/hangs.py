@@ -23,11 +23,13 @@ from typing import Any, Optional
 from hpcdl.distributed import failures, flight_recorder, stacks
 from hpcdl.distributed.restarts import JobRuns, record_failure
 from hpcdl.errors import FolderGoneError, HpcdlError
-from hpcdl.store.files import HEARTBEAT, HEARTBEATS, NCCL_TRACE
+from hpcdl.store.files import HEARTBEAT, HEARTBEATS
 from hpcdl.store.folders import read_json
 
 STACKS_WAIT_S = 10.0
 """The longest a hang's diagnosis waits for the ranks' stacks."""
+FLIGHT_WAIT_S = 5.0
+"""The longest it then waits for the flight-recorder dumps of the ranks that have one."""
 
 
 def start(folder: Path, world_size: int, rank: int, token: str, timeout_s: float, startup_s: Optional[float],
@@ -91,40 +93,55 @@ class HangWatcher:
                 return rank, steps, now - known[1]
         return None
 
+    def stacks_and_dumps(self) -> dict[int, dict[str, Any]]:
+        """Every rank's stacks, each rank that has a flight recorder's dump of this moment written (those of an
+        earlier moment removed first)."""
+        flight_recorder.remove_dumps(self.folder, self.world_size)
+        asked = stacks.request(self.folder, flight=True)
+        found = stacks.collect(self.folder, asked, self.world_size, STACKS_WAIT_S)
+        flight_recorder.wait_for_dumps(self.folder, [r for r, entry in found.items() if entry.get("flight")],
+                                       FLIGHT_WAIT_S)
+        return found
+
+    def late_groups(self, found: dict[int, dict[str, Any]]) -> list[tuple[list[int], list[list[Any]]]]:
+        """The ranks the flight recorder's dumps show behind the newest collective, each with its stack (none
+        where it gave none), where two rounds of dumps agree (healthy ranks whose collectives move on dump a
+        moment apart and may seem behind once); the outliers where the stacks alone tell none."""
+        first = flight_recorder.newest_collectives(self.folder, self.world_size)
+        if not flight_recorder.lagging_ranks(first, self.world_size):
+            return []
+        self.stacks_and_dumps()
+        second = flight_recorder.newest_collectives(self.folder, self.world_size)
+        if second != first:
+            return []  # the collectives moved on: no rank is stuck behind
+        return [([r], found.get(r, {}).get("main") or []) for r in flight_recorder.lagging_ranks(second,
+                                                                                                self.world_size)]
+
     def diagnose(self, rank: int, steps: int, stalled_s: float) -> None:
         """Gather every rank's stacks, record the outliers as the cause and FAILED, and end this rank; before
         ``timeout_s``, only where some ranks wait in a collective for one outside it (else counted afresh)."""
-        asked = stacks.request(self.folder, flight=True)
-        found = stacks.collect(self.folder, asked, self.world_size, STACKS_WAIT_S)
+        found = self.stacks_and_dumps()
         grouped = stacks.groups(found)
         waiting = any(stacks.in_collective(stack) for _, stack in grouped)
-        outliers = stacks.outliers(grouped) or (late_groups(self.folder, found, self.world_size) if waiting else [])
-        if steps > 0 and stalled_s <= self.timeout_s and not (waiting and outliers):
+        outliers = stacks.outliers(grouped)
+        late = [] if outliers or not waiting else self.late_groups(found)
+        if steps > 0 and stalled_s <= self.timeout_s and not (waiting and (outliers or late)):
             self.seen = {r: (progress, time.monotonic()) for r, (progress, _) in self.seen.items()}
-            for other in range(self.world_size):  # no verdict may read this moment's dumps later
-                with contextlib.suppress(OSError):
-                    (self.folder / f"{NCCL_TRACE}{other}").unlink()
+            flight_recorder.remove_dumps(self.folder, self.world_size)  # no verdict may read this moment's later
             return  # no rank waits for another: not yet a hang
-        reason = hang_reason(found, self.world_size, rank, steps, stalled_s, outliers)
-        for ranks, stack in outliers:
+        reason = hang_reason(found, self.world_size, rank, steps, stalled_s, outliers or late)
+        where = ("not in the collective the other ranks wait in" if outliers else
+                 "behind the collective the other ranks wait in (flight recorder)")
+        for ranks, stack in outliers or late:
             for outlier in ranks:
                 entry = found.get(outlier, {})
-                failures.record(self.folder, outlier, "Hang", f"not in the collective the other ranks wait in "
-                                f"(no step for {stalled_s:.0f} s)", stacks.format_stack(stack), run=self.token,
-                                how="hang", host=entry.get("host"), pid=entry.get("pid"), noted_by=self.rank,
-                                cause=True)
+                failures.record(self.folder, outlier, "Hang", f"{where} (no step for {stalled_s:.0f} s)",
+                                stacks.format_stack(stack), run=self.token, how="hang", host=entry.get("host"),
+                                pid=entry.get("pid"), noted_by=self.rank, cause=True)
         with contextlib.suppress(OSError, FolderGoneError):
             record_failure(self.folder, self.runs, reason)
         print(f"[hpcdl] {reason}", file=sys.stderr, flush=True)
         os._exit(1)
-
-
-def late_groups(folder: Path, found: dict[int, dict[str, Any]],
-                world_size: int) -> list[tuple[list[int], list[list[Any]]]]:
-    """The ranks the flight recorder's dumps show behind the newest collective, each with its stack (none where it
-    gave none): the outliers where the stacks alone tell none (every rank that answered waits in a collective)."""
-    late = flight_recorder.lagging_ranks(flight_recorder.newest_collectives(folder, world_size), world_size)
-    return [([r], found.get(r, {}).get("main") or []) for r in late]
 
 
 def hang_reason(found: dict[int, dict[str, Any]], world_size: int, rank: int, steps: int, stalled_s: float,

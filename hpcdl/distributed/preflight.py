@@ -15,6 +15,7 @@ recorded in the job's events; a second failure fails the job.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -198,14 +199,13 @@ def check_hbm(share: float = HBM_SHARE) -> Optional[str]:
 XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+),? ?(.*)$")
 """The driver's line for an Xid event in the kernel log: ``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., ...``."""
 XID_NODE_FAULTS = {48: "double-bit ECC error", 61: "internal micro-controller breakpoint",
-                   62: "internal micro-controller halt", 63: "ECC page retirement or row remapping event",
-                   64: "ECC page retirement or row remapping failure", 74: "NVLink error",
-                   79: "GPU has fallen off the bus", 92: "high single-bit ECC error rate",
-                   94: "contained ECC error", 95: "uncontained ECC error", 119: "GSP RPC timeout",
-                   120: "GSP error", 122: "SPI PMU RPC read failure", 123: "SPI PMU RPC write failure",
-                   140: "unrecovered ECC error"}
-"""Xid events that tell of the GPU or its links, not of a program (13, 31, 43, 45: a program's fault or end),
-by NVIDIA's Xid catalogue."""
+                   62: "internal micro-controller halt", 64: "ECC page retirement or row remapping failure",
+                   74: "NVLink error", 79: "GPU has fallen off the bus", 95: "uncontained ECC error",
+                   119: "GSP RPC timeout", 120: "GSP error", 122: "SPI PMU RPC read failure",
+                   123: "SPI PMU RPC write failure", 140: "unrecovered ECC error"}
+"""Xid events that tell of a fault of the GPU or its links, by NVIDIA's Xid catalogue; not a program's (13, 31,
+43, 45) nor what the GPU recovered from (63 a row remapped, which NVML's pending rows tell; 92 a high corrected
+ECC rate; 94 a contained ECC error, whose program was ended)."""
 
 
 def kernel_log() -> list[str]:
@@ -302,6 +302,8 @@ def run_checks(job: Path, data_root: Optional[str], gpus_asked: int, budget_s: f
     if data_root is not None and "://" not in data_root:
         checks.append(("data", lambda: check_readable(Path(data_root).expanduser(), "the data root")))
     checks.append(("scratch", check_scratch))
+    with contextlib.suppress(ImportError):  # its import, seconds on a cold node, is not a check's time
+        import torch  # noqa: F401
     return run_within(checks, budget_s)
 
 
@@ -319,6 +321,9 @@ def run_within(checks: list[tuple[str, Callable[[], Optional[str]]]], budget_s: 
         worker.join(max(0.0, deadline - time.monotonic()))
         if outcome:
             done.append(outcome[0])
+            continue
+        if not worker.is_alive():  # it ended the thread itself (SystemExit, KeyboardInterrupt)
+            done.append(Check(name, "failed", "ended without an outcome"))
             continue
         done.append(Check(name, "failed", f"still running after {time.monotonic() - started:.0f} s, past the "
                                           f"node's {budget_s:.0f} s for every check (a hung GPU or filesystem?)"))

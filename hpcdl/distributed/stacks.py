@@ -68,9 +68,9 @@ def _serve(folder: Path, rank: int) -> None:
         if asked is not None and asked != answered:
             answered = asked
             with contextlib.suppress(OSError, FolderGoneError, HpcdlError):
-                if _request(folder).get("flight"):  # before the stacks: who has those has this rank's dump
-                    flight_recorder.dump(folder, rank)
                 dump(folder, rank, asked)
+                if _request(folder).get("flight"):  # after the stacks, which a dump that blocks cannot keep back
+                    flight_recorder.dump(folder, rank)
 
 
 def _request(folder: Path) -> dict[str, Any]:
@@ -106,7 +106,8 @@ def dump(folder: Path, rank: int, asked: str) -> None:
     others = {f"{names.get(ident, ident)}": "".join(traceback.format_stack(frame))
               for ident, frame in frames.items() if ident not in (main.ident, threading.get_ident())}
     entry: dict[str, Any] = {"request": asked, "time": time.time(), "rank": rank, "host": node_name(),
-                             "pid": os.getpid(), "main": stack, "threads": others}
+                             "pid": os.getpid(), "main": stack, "threads": others,
+                             "flight": flight_recorder.available()}  # a flight-recorder dump will follow
     if _script:
         entry["script_pid"] = _script[-1]
         entry["main"], entry["script"] = script_stack(_script[-1])
