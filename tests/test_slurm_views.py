@@ -33,7 +33,7 @@ def test_a_trial_cancelled_on_slurm_is_shown_on_the_page_and_the_others_write_th
     def accounted() -> dict[str, str]:
         return dict(line.split("|")[:2] for line in subprocess.run(
             ["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", array_id], capture_output=True, text=True,
-            check=True).stdout.split())
+            check=True).stdout.splitlines())  # a state may have words: "CANCELLED by 0"
 
     deadline = time.monotonic() + 60  # a point records its end before Slurm's accounting has its task's
     while (tasks := accounted()).get(f"{array_id}_0") == "RUNNING" or tasks.get(f"{array_id}_1") == "RUNNING":
