@@ -64,6 +64,15 @@ def test_the_xid_check_names_each_gpu_fault_of_the_kernel_log_and_not_a_programs
         f": {xid}," in line for xid in (13, 31, 94))]) is None
 
 
+def test_the_xid_check_counts_the_events_of_the_jobs_own_gpus_only() -> None:
+    """A node's other GPU, another job's, fell off the bus: not a fault of this job's GPU (NVML's and the
+    driver's ways of writing the address are one)."""
+    own = {preflight.pci_address("00000000:3B:00.0")}
+    assert own == {preflight.pci_address("0000:3b:00")} == {(0, 0x3B, 0)}
+    assert preflight.xid_faults(XID_LOG.splitlines(), own) == "GPU 0000:3b:00: Xid 95 (uncontained ECC error)"
+    assert preflight.xid_faults(XID_LOG.splitlines(), {preflight.pci_address("0000:87:00")}) is None
+
+
 @pytest.mark.skipif(os.getuid() != 0 or shutil.which("dmesg") is None,
                     reason="reads the kernel log as root and as another user")
 def test_the_kernel_log_is_read_where_it_may_be_and_the_xid_check_is_skipped_where_not(tmp_path: Path) -> None:

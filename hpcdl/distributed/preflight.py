@@ -2,8 +2,9 @@
 
 Checks, each named in the result: the GPUs the job asked for are visible; NVML's health where pynvml answers
 (uncorrected ECC errors, retired or remapped rows pending, throttling for a hardware reason, a PCIe link below its
-maximum); no Xid event of a GPU fault in the kernel log since boot, where it can be read; a bf16 matrix product
-at an expected fraction of the GPU's peak; an HBM write/read pattern over most of the free memory; the store
+maximum); no Xid event of a fault of the job's GPUs in the kernel log since boot, where it can be read; a bf16
+matrix product at an expected fraction of the GPU's peak; most of each GPU's memory free of other processes and
+an HBM write/read pattern over most of what is free; the store
 and the data root readable and writable (the data root readable); node-local scratch free. GPU checks are skipped,
 said so, without a GPU. The store is probed inside the job's own results folder, never in the store's root (whose
 time of change makes the job index look again). Then the all-reduce across the allocation (hpcdl.distributed.busbw).
@@ -152,6 +153,9 @@ HBM_SHARE = 0.8
 """The share of each GPU's free memory the HBM pattern covers (held at once, so that it spans the memory)."""
 HBM_CHUNK_WORDS = 256 * 1024**2
 """The most words (int32) per allocation of the pattern, each compared at once (1 GiB)."""
+HBM_FREE_LEAST = 0.9
+"""The least share of each GPU's memory that must be free of other processes (a program left over from an
+earlier job holding the rest makes this one run out of memory)."""
 HBM_KEYS = (0x5A5A5A5A, -0x5A5A5A5B)
 """The patterns' keys: the word's index in its chunk XOR each (and the chunk's number), so that every bit is
 written as 0 and as 1."""
@@ -164,14 +168,19 @@ def _chunk_key(key: int, number: int) -> int:
     return mixed - (1 << 32) if mixed >= 1 << 31 else mixed
 
 
-def check_hbm(share: float = HBM_SHARE) -> Optional[str]:
-    """A pattern written over ``share`` of each GPU's free memory reads back unchanged, with every bit written
-    both ways (two passes)."""
+def check_hbm(share: float = HBM_SHARE, free_least: float = HBM_FREE_LEAST) -> Optional[str]:
+    """``free_least`` of each GPU's memory is not held by another process, and a pattern written over ``share``
+    of its free memory reads back unchanged, with every bit written both ways (two passes)."""
     torch = _cuda()
     problems = []
+    torch.cuda.empty_cache()
     for index in range(torch.cuda.device_count()):
         device = f"cuda:{index}"
-        free, _ = torch.cuda.mem_get_info(device)
+        free, total = torch.cuda.mem_get_info(device)
+        others = total - free - torch.cuda.memory_reserved(device)  # with this process's CUDA context
+        if others > (1 - free_least) * total:
+            problems.append(f"GPU {index}: {others / 1024**3:.1f} of its {total / 1024**3:.1f} GiB held by other "
+                            f"processes (more than {1 - free_least:.0%}: a program left over from an earlier job?)")
         words = int(free * share) // 4
         step = min(HBM_CHUNK_WORDS, max(1, words // 8))  # the rest of the free memory holds a slice to compare
         chunks = [torch.empty(min(step, words - start), device=device, dtype=torch.int32)
@@ -226,23 +235,42 @@ def kernel_log() -> list[str]:
     raise SkipCheck("the kernel log is not readable here (" + "; ".join(said or ["no dmesg or journalctl"]) + ")")
 
 
-def xid_faults(lines: list[str]) -> Optional[str]:
-    """The Xid events of GPU faults among kernel log ``lines``, counted by GPU (PCI address) and Xid; None
-    when there are none."""
+def pci_address(text: str) -> tuple[int, int, int]:
+    """(domain, bus, device) of a PCI address as the driver or NVML writes it: ``0000:3B:00``,
+    ``00000000:3b:00.0``."""
+    domain, bus, device = text.split(".")[0].split(":")
+    return int(domain, 16), int(bus, 16), int(device, 16)
+
+
+def xid_faults(lines: list[str], gpus: Optional[set[tuple[int, int, int]]] = None) -> Optional[str]:
+    """The Xid events of GPU faults among kernel log ``lines``, counted by GPU (PCI address) and Xid, of the
+    GPUs at PCI addresses ``gpus`` (None: of all); None when there are none."""
     counts: dict[tuple[str, int], int] = {}
     for line in lines:
         found = XID_LINE.search(line)
-        if found is not None and int(found.group(2)) in XID_NODE_FAULTS:
+        if found is not None and int(found.group(2)) in XID_NODE_FAULTS and (
+                gpus is None or pci_address(found.group(1)) in gpus):
             key = (found.group(1).lower(), int(found.group(2)))
             counts[key] = counts.get(key, 0) + 1
     return "; ".join(f"GPU {pci}: Xid {xid} ({XID_NODE_FAULTS[xid]})" + (f" x{n}" if n > 1 else "")
                      for (pci, xid), n in sorted(counts.items())) or None
 
 
+def visible_gpus() -> Optional[set[tuple[int, int, int]]]:
+    """The PCI addresses of the GPUs this job sees (CUDA_VISIBLE_DEVICES, Slurm's cgroup); None where torch does
+    not tell them."""
+    torch = _cuda()
+    try:
+        return {(props.pci_domain_id, props.pci_bus_id, props.pci_device_id) for props in (
+            torch.cuda.get_device_properties(index) for index in range(torch.cuda.device_count()))}
+    except AttributeError:
+        return None
+
+
 def check_xid() -> Optional[str]:
-    """No Xid event of a GPU fault in the kernel log since boot, where it can be read."""
-    _cuda()
-    return xid_faults(kernel_log())
+    """No Xid event of a fault of one of the job's GPUs in the kernel log since boot, where it can be read (a
+    node's other GPUs, another job's, are theirs)."""
+    return xid_faults(kernel_log(), visible_gpus())
 
 
 def check_writable(folder: Path, what: str) -> Optional[str]:
@@ -347,7 +375,8 @@ ADVICE = {
             "the node (scontrol update NodeName=NODE State=DRAIN Reason=...)",
     "nvml": "drain the node and have its GPU checked (ECC, row remapping, throttling or PCIe link)",
     "gemm": "drain the node: its GPU computes below its rate (clocks, power, cooling)",
-    "hbm": "drain the node: its GPU memory does not hold a pattern",
+    "hbm": "end what holds the GPU's memory (nvidia-smi lists the processes) or drain the node; a memory that "
+           "does not hold the pattern: drain the node",
     "xid": "drain the node and have its GPU checked: the driver logged a GPU fault (Xid) since boot; a reboot "
            "clears the log once the GPU is fixed",
     "store": "set cluster.store to a folder every node can write (a shared filesystem)",
