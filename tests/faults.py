@@ -11,7 +11,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from hpcdl.config.cluster import DEFAULT_EXPORT
 from hpcdl.store.files import FINAL, HEARTBEAT, HEARTBEATS
+
+MPIRUN_HERE = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+               "OMPI_MCA_rmaps_base_oversubscribe": "1", "CUDA_VISIBLE_DEVICES": ""}
+"""Open MPI's settings to start two ranks on this machine (as root, more ranks than cores, no GPU)."""
 
 FAULTS = '''
 import datetime, os, threading, time
@@ -167,6 +172,12 @@ def write_faults(folder: Path) -> Path:
     (folder / "napping_script.py").write_text(NAPPING_SCRIPT)
     (folder / "stepping_script.py").write_text(STEPPING_SCRIPT)
     return folder
+
+
+def mpirun_export(*exported: str) -> str:
+    """The cluster.export override that passes MPIRUN_HERE and ``exported`` to a job, with the default list
+    (``cluster.export`` replaces it; mpirun looks for ssh in PATH)."""
+    return f"cluster.export=[{','.join(dict.fromkeys((*DEFAULT_EXPORT, *exported, *MPIRUN_HERE)))}]"
 
 
 def cli(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from hpcdl.config.cluster import DEFAULT_EXPORT
 from hpcdl.distributed import failures, stacks
 from hpcdl.distributed.flight_recorder import missing_ranks
 from hpcdl.lifecycle.diagnosis import judge, launcher_records
 from hpcdl.store.files import FAILURE, FAILURES, LOGS, MANIFEST, STACKS
-from tests.faults import cli, hang_verdict, heartbeat_of, root_line, submit, verdict_after, wait_for, write_faults
+from tests.faults import (MPIRUN_HERE, cli, hang_verdict, heartbeat_of, mpirun_export, root_line, submit,
+                         verdict_after, wait_for, write_faults)
 
 HOST = socket.gethostname()
 FAST = ("cluster.tasks_per_node=4", "cluster.heartbeat_timeout_s=5", "cluster.time=00:05:00")
@@ -52,6 +52,33 @@ def test_failures_are_told_causes_or_victims() -> None:
     assert failures.is_consequence("RuntimeError", "[../gloo/transport/tcp/pair.cc:534] Connection closed by peer "
                                                    "[127.0.0.1]:3456")
     assert failures.is_consequence("DistBackendError", "NCCL communicator was aborted on rank 0.")
+
+
+USERS_OWN_TIMEOUT = """Traceback (most recent call last):
+  File "/home/u/train.py", line 12, in <module>
+    batch = next(batches)
+  File "/venv/lib/python3.12/site-packages/torch/utils/data/dataloader.py", line 1298, in _get_data
+    raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
+RuntimeError: DataLoader timed out after 5 seconds"""
+PEERS_TIMEOUT = """Traceback (most recent call last):
+  File "/home/u/train.py", line 14, in <module>
+    loss.backward()
+  File "/venv/lib/python3.12/site-packages/torch/autograd/graph.py", line 829, in _engine_run_backward
+    return Variable._execution_engine.run_backward(
+RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 10000ms for recv"""
+
+
+def test_a_timeout_is_a_victims_only_where_the_communication_layer_says_it() -> None:
+    """A DataLoader's or a request's timeout in the user's own code is a cause; DDP's gradient all-reduce timing
+    out in backward names gloo in its message though no frame is torch.distributed's."""
+    assert not failures.is_consequence("RuntimeError", "DataLoader timed out after 5 seconds", USERS_OWN_TIMEOUT)
+    assert not failures.is_consequence("TimeoutError", "The read operation timed out",
+                                       'Traceback (most recent call last):\n  File "/home/u/fetch.py", line 3, in '
+                                       'get\nTimeoutError: The read operation timed out')
+    assert failures.is_consequence("RuntimeError", PEERS_TIMEOUT.splitlines()[-1].split(": ", 1)[1], PEERS_TIMEOUT)
+    assert failures.is_consequence("DistStoreError", "Timed out after 901 seconds waiting for clients",
+                                   'Traceback (most recent call last):\n  File "/home/u/t.py", line 2, in <module>\n'
+                                   'torch.distributed.DistStoreError: Timed out after 901 seconds')
     assert failures.exception_line("Traceback (most recent call last):\n  File \"a.py\", line 1, in <module>\n"
                                    "torch.distributed.DistBackendError: Connection reset by peer") == \
         ("DistBackendError", "Connection reset by peer")
@@ -294,17 +321,11 @@ def test_a_scripts_own_traceback_is_the_verdict(store: Path, tmp_path: Path) -> 
     assert "[rank1]" not in why and "hpcdl/" not in why.split("victims")[0], why
 
 
-MPIRUN_HERE = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-               "OMPI_MCA_rmaps_base_oversubscribe": "1", "CUDA_VISIBLE_DEVICES": ""}
-"""Open MPI's settings to start two ranks on this machine (as root, more ranks than cores, no GPU)."""
-
-
 def _mpirun_here(monkeypatch: pytest.MonkeyPatch, *exported: str) -> str:
-    """Set MPIRUN_HERE; returns the cluster.export override that passes it and ``exported`` to the job (with
-    the default list: mpirun looks for ssh in PATH)."""
+    """Set MPIRUN_HERE; returns the cluster.export override that passes it and ``exported`` to the job."""
     for name, value in MPIRUN_HERE.items():
         monkeypatch.setenv(name, value)
-    return f"cluster.export=[{','.join(dict.fromkeys((*DEFAULT_EXPORT, *exported, *MPIRUN_HERE)))}]"
+    return mpirun_export(*exported)
 
 
 MPI_TRAINER = ("training.execution_environment=parallel", "training.comm=mpi", "cluster.tasks_per_node=2",

@@ -5,7 +5,8 @@ time, rank, host, pid, exception type, message and traceback. Who else writes on
 rank that fell silent (it cannot: stopped, frozen, lost, or hung), and the local launcher for a rank that a
 signal ended (``kill -9``, the OOM killer). A failure is a *victim* when it only reports that a peer went away
 or did not come: a collective's timeout, a gloo/NCCL "connection closed/reset by peer", an aborted
-communicator; anything else (the user's exception, an out-of-memory error, a signal, a silent rank) is a *cause*.
+communicator, said by the communication layer (its type, message or a frame of the traceback); anything else (the
+user's exception, their own request's timeout, an out-of-memory error, a signal, a silent rank) is a *cause*.
 """
 
 from __future__ import annotations
@@ -30,13 +31,21 @@ CONSEQUENCE = re.compile(
     r"remote process exited|peer .*(lost|gone|exited|closed)|MPI_ERR_PROC_FAILED|ProcessGroupNCCL.*watchdog",
     re.IGNORECASE)
 """What a failure says when it only reports that a peer went away or never came (checked on its last line)."""
+DISTRIBUTED = re.compile(r"torch[/\\]distributed[/\\]|mpi4py|gloo|nccl|c10d|ProcessGroup|\bMPI_|^Dist\w*Error$",
+                         re.IGNORECASE | re.MULTILINE)
+"""The communication layer, named by a failure's type, message or a frame of its traceback."""
 
 
-def is_consequence(kind: str, message: str) -> bool:
-    """Whether a failure of exception type ``kind`` saying ``message`` reports another rank's failure."""
+def is_consequence(kind: str, message: str, traceback: str = "") -> bool:
+    """Whether a failure of exception type ``kind`` saying ``message`` (raised through ``traceback``, where
+    known) reports another rank's failure: it says a peer went away or did not come, and the communication layer
+    said it (a timeout of the user's own request or DataLoader is a cause)."""
     if kind in ("OutOfMemoryError", "MemoryError", "KeyboardInterrupt"):
         return False
-    return CONSEQUENCE.search(f"{kind}: {message}") is not None
+    if CONSEQUENCE.search(f"{kind}: {message}") is None:
+        return False
+    frames = "\n".join(line for line in traceback.splitlines() if line.lstrip().startswith('File "'))
+    return not frames or DISTRIBUTED.search("\n".join((kind, message, frames))) is not None
 
 
 def exception_line(traceback: str) -> tuple[str, str]:
@@ -62,7 +71,7 @@ def record(folder: Path, rank: int, kind: str, message: str, traceback: str, *, 
     entry = {"time": time.time(), "run": run, "rank": rank, "host": node_name() if host is None else host,
              "pid": os.getpid() if pid is None else pid,
              "how": how, "type": kind, "message": message, "traceback": traceback,
-             "cause": not is_consequence(kind, message) if cause is None else cause}
+             "cause": not is_consequence(kind, message, traceback) if cause is None else cause}
     if noted_by is not None:
         entry["noted_by"] = noted_by
     path = folder / FAILURES / FAILURE.format(rank=rank)
