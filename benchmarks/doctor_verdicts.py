@@ -33,11 +33,11 @@ from common import write_result  # noqa: E402 - benchmarks/common.py
 from hpcdl.lifecycle.job import Job  # noqa: E402
 from hpcdl.store.files import FAILURE, FAILURES, FINAL  # noqa: E402
 from hpcdl.data.digits import digits_folder  # noqa: E402
-from tests.faults import MPIRUN_HERE, cli, heartbeat_of, mpirun_export, submit, wait_for, write_faults  # noqa: E402
+from tests.faults import (MPI_TRAINER, MPIRUN_HERE, cli, heartbeat_of, mpirun_export, submit, wait_for,  # noqa: E402
+                          write_faults)
 
-MPI_TRAINER = ["training.execution_environment=parallel", "training.comm=mpi", "cluster.tasks_per_node=2",
-               "training.max_epochs=1000", "training.mini_batch_size=16", "training.verbose=false",
-               "data.root={digits}", "cluster.collective_timeout_s=60", mpirun_export("FAULT_NAP_S", "FAULT_RANK")]
+MPI_FAULTS = [*MPI_TRAINER, "data.root={digits}", "cluster.collective_timeout_s=60",
+              mpirun_export("FAULT_NAP_S", "FAULT_RANK")]
 FAULTS = {  # name: (overrides, the rank at fault, how the fault comes, whether it runs on 4 ranks)
     "exception": (["entry=faults:raise_on_rank_1", "cluster.collective_timeout_s=10"], 1, "printed", True),
     "kill -9": (["entry=faults:steps_forever"], 2, "kill", True),
@@ -46,8 +46,8 @@ FAULTS = {  # name: (overrides, the rank at fault, how the fault comes, whether 
     "receive never sent": (["entry=faults:recv_on_rank_2", "cluster.hang_timeout_s=5",
                             "cluster.collective_timeout_s=120"], 2, "printed", True),
     "script": (["script=failing_script.py", "cluster.collective_timeout_s=10"], 1, "printed", True),
-    "mpi exception": ([*MPI_TRAINER, "model._target_=faults.RaisingNet"], 1, "printed", False),
-    "mpi hang": ([*MPI_TRAINER, "model._target_=faults.NappingNet"], 1, "printed", False),
+    "mpi exception": ([*MPI_FAULTS, "model._target_=faults.RaisingNet"], 1, "printed", False),
+    "mpi hang": ([*MPI_FAULTS, "model._target_=faults.NappingNet"], 1, "printed", False),
 }
 LOCAL_ONLY = ("mpi exception", "mpi hang")
 """mpirun of the test cluster's nodes would need its own network settings (tests/test_slurm.py's)."""

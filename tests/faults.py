@@ -17,6 +17,9 @@ from hpcdl.store.files import FINAL, HEARTBEAT, HEARTBEATS
 MPIRUN_HERE = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                "OMPI_MCA_rmaps_base_oversubscribe": "1", "CUDA_VISIBLE_DEVICES": ""}
 """Open MPI's settings to start two ranks on this machine (as root, more ranks than cores, no GPU)."""
+MPI_TRAINER = ("training.execution_environment=parallel", "training.comm=mpi", "cluster.tasks_per_node=2",
+               "training.max_epochs=1000", "training.mini_batch_size=16", "training.verbose=false")
+"""The built-in trainer on 2 MPI ranks here, training long enough for a fault to come (with data.root)."""
 
 FAULTS = '''
 import datetime, os, threading, time

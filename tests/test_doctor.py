@@ -20,6 +20,7 @@ from hpcdl.distributed import failures, stacks
 from hpcdl.distributed.flight_recorder import missing_ranks
 from hpcdl.lifecycle.diagnosis import judge, launcher_records
 from hpcdl.store.files import FAILURE, FAILURES, LOGS, MANIFEST, STACKS
+from tests import faults
 from tests.faults import (MPIRUN_HERE, cli, hang_verdict, heartbeat_of, mpirun_export, root_line, submit,
                          verdict_after, wait_for, write_faults)
 
@@ -328,9 +329,7 @@ def _mpirun_here(monkeypatch: pytest.MonkeyPatch, *exported: str) -> str:
     return mpirun_export(*exported)
 
 
-MPI_TRAINER = ("training.execution_environment=parallel", "training.comm=mpi", "cluster.tasks_per_node=2",
-               "training.max_epochs=1000", "training.mini_batch_size=16", "training.verbose=false",
-               "cluster.time=00:05:00")
+MPI_TRAINER = (*faults.MPI_TRAINER, "cluster.time=00:05:00")
 
 
 @pytest.mark.mpi
@@ -395,9 +394,7 @@ def test_an_mpirun_that_starts_no_rank_is_told_in_its_own_words(store: Path, tmp
 def test_an_mpi_rank_killed_with_kill_9_is_named_from_mpiruns_words(store: Path, tmp_path: Path, digits_root: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     _mpirun_here(monkeypatch)
-    job_id = submit(tmp_path, "training.execution_environment=parallel", "training.comm=mpi", "cluster.tasks_per_node=2",
-                    f"data.root={digits_root}", "training.max_epochs=1000", "training.mini_batch_size=16",
-                    "training.verbose=false", "cluster.time=00:05:00")
+    job_id = submit(tmp_path, *MPI_TRAINER, f"data.root={digits_root}")
     folder = store / job_id
     wait_for(lambda: heartbeat_of(folder, 1).get("steps", 0) > 2, 180, "rank 1 trained")
     pid = heartbeat_of(folder, 1)["pid"]

@@ -88,7 +88,7 @@ def newest_collectives(folder: Path, world_size: int) -> dict[int, tuple[int, st
     newest: dict[int, tuple[int, str]] = {}
     for rank in range(world_size):
         try:
-            data = read_job_file(folder, f"{NCCL_TRACE}{rank}")
+            data = read_job_file(folder, dump_path(folder, rank).name)
             if not data:
                 continue
             record = _DataOnly(io.BytesIO(data)).load()
