@@ -71,6 +71,8 @@ def test_the_xid_check_counts_the_events_of_the_jobs_own_gpus_only() -> None:
     assert own == {preflight.pci_address("0000:3b:00")} == {(0, 0x3B, 0)}
     assert preflight.xid_faults(XID_LOG.splitlines(), own) == "GPU 0000:3b:00: Xid 95 (uncontained ECC error)"
     assert preflight.xid_faults(XID_LOG.splitlines(), {preflight.pci_address("0000:87:00")}) is None
+    odd = "NVRM: Xid (PCI:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."  # no domain: maybe ours
+    assert preflight.xid_faults([odd], own) == "GPU 3b:00: Xid 79 (GPU has fallen off the bus)"
 
 
 @pytest.mark.skipif(os.getuid() != 0 or shutil.which("dmesg") is None,

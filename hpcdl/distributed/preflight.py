@@ -242,14 +242,21 @@ def pci_address(text: str) -> tuple[int, int, int]:
     return int(domain, 16), int(bus, 16), int(device, 16)
 
 
+def _of(address: str, gpus: Optional[set[tuple[int, int, int]]]) -> bool:
+    """Whether PCI ``address`` is one of ``gpus`` (None: all); an address of another shape may be one of them."""
+    try:
+        return gpus is None or pci_address(address) in gpus
+    except ValueError:
+        return True
+
+
 def xid_faults(lines: list[str], gpus: Optional[set[tuple[int, int, int]]] = None) -> Optional[str]:
     """The Xid events of GPU faults among kernel log ``lines``, counted by GPU (PCI address) and Xid, of the
     GPUs at PCI addresses ``gpus`` (None: of all); None when there are none."""
     counts: dict[tuple[str, int], int] = {}
     for line in lines:
         found = XID_LINE.search(line)
-        if found is not None and int(found.group(2)) in XID_NODE_FAULTS and (
-                gpus is None or pci_address(found.group(1)) in gpus):
+        if found is not None and int(found.group(2)) in XID_NODE_FAULTS and _of(found.group(1), gpus):
             key = (found.group(1).lower(), int(found.group(2)))
             counts[key] = counts.get(key, 0) + 1
     return "; ".join(f"GPU {pci}: Xid {xid} ({XID_NODE_FAULTS[xid]})" + (f" x{n}" if n > 1 else "")
